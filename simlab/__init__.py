@@ -1,0 +1,21 @@
+"""simlab: see and run parallel training — one plan, two engines (simulator, executor), one renderer.
+
+Light to import: the simulator needs only numpy; names from the torch executor load on first use.
+"""
+from .plan import Action, CollectivePlan, Transfer, split_sizes
+from .sim.collectives import (make_inputs, make_plan, naive_all_reduce, ring_all_gather,
+                              ring_all_reduce, ring_reduce_scatter, tree_broadcast)
+from .sim.cost import alpha_beta
+from .sim.stepper import PlanError, simulate
+from .trace import Event, Trace
+
+__version__ = "0.1.0"
+
+_LAZY = {"launch": "simlab.exec.launch", "WorkerError": "simlab.exec.launch"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'simlab' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""The real executor: the only part of simlab that imports torch.distributed."""

@@ -1,0 +1,1 @@
+"""Renderers draw traces and simulator steps; they compute nothing the engines own."""

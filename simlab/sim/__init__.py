@@ -1,0 +1,1 @@
+"""The deterministic simulator: numpy and the standard library only, never torch."""

@@ -1,0 +1,57 @@
+"""The α-β cost model: a step costs α (latency) + β·bytes (bytes over bandwidth).
+
+A step's time is set by its busiest link: the rank that sends or receives the most bytes in that
+step. That single rule explains why the ring is bandwidth-optimal (every step moves one chunk per
+rank) and why the naive reduce-to-root is not (the root receives n-1 whole buffers at once).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._checks import check_positive
+
+DEFAULT_ALPHA = 10e-6  # seconds of latency per step (a typical network message)
+DEFAULT_BANDWIDTH = 10e9  # bytes per second per link (roughly 100 Gb/s Ethernet / PCIe)
+
+
+@dataclass(frozen=True)
+class CostEstimate:
+    alpha: float
+    bandwidth: float
+    step_seconds: tuple  # one per step
+    latency_seconds: float  # steps * alpha
+    bandwidth_seconds: float  # sum over steps of busiest-link bytes / bandwidth
+
+    @property
+    def seconds(self) -> float:
+        return self.latency_seconds + self.bandwidth_seconds
+
+
+def busiest_link_bytes(step, world_size: int) -> int:
+    """Max over ranks of bytes sent or bytes received in one step."""
+    sent, recv = [0] * world_size, [0] * world_size
+    for t in step:
+        sent[t.src] += t.nbytes
+        recv[t.dst] += t.nbytes
+    return max(sent + recv, default=0)
+
+
+def alpha_beta(plan, alpha: float = DEFAULT_ALPHA, bandwidth: float = DEFAULT_BANDWIDTH) -> CostEstimate:
+    check_positive("bandwidth", bandwidth)
+    if alpha < 0:
+        raise ValueError(f"alpha={alpha}: must be >= 0 seconds")
+    busy = [busiest_link_bytes(step, plan.world_size) for step in plan.steps]
+    step_seconds = tuple(alpha + b / bandwidth for b in busy)
+    return CostEstimate(alpha, bandwidth, step_seconds, alpha * len(busy), sum(busy) / bandwidth)
+
+
+def ring_all_reduce_seconds(n: int, nbytes: float, alpha: float = DEFAULT_ALPHA,
+                            bandwidth: float = DEFAULT_BANDWIDTH) -> float:
+    """Closed form: 2(n-1)·α + 2(n-1)/n · S/B."""
+    return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / bandwidth
+
+
+def naive_all_reduce_seconds(n: int, nbytes: float, alpha: float = DEFAULT_ALPHA,
+                             bandwidth: float = DEFAULT_BANDWIDTH) -> float:
+    """Closed form: the root receives then sends (n-1)·S, in 2 steps: 2α + 2(n-1)·S/B."""
+    return 0.0 if n == 1 else 2 * alpha + 2 * (n - 1) * nbytes / bandwidth

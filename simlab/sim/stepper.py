@@ -1,0 +1,144 @@
+"""Step through any collective plan with exact integers: who holds what after every step.
+
+Each `SimStep` shows, for every rank and chunk, the values held (an int64 array, or None if the
+rank does not hold that chunk yet) and whose contributions were summed into them, plus the bytes
+each rank has sent and received so far. A plan that sends a chunk its sender does not hold, or
+whose byte counts disagree with its chunk sizes, raises `PlanError` naming the step and rank.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._checks import check_positive
+from ..plan import CollectivePlan, chunk_offsets
+from ..trace import Event, Trace
+from .collectives import make_inputs
+from .cost import DEFAULT_ALPHA, DEFAULT_BANDWIDTH, CostEstimate, alpha_beta
+
+
+class PlanError(ValueError):
+    """The plan cannot run: it names the step, rank and chunk at fault."""
+
+
+@dataclass(frozen=True, eq=False)
+class SimStep:
+    index: int  # 0 = before any transfer; k = after step k-1 ran
+    transfers: tuple  # the Transfers that produced this state (empty for index 0)
+    values: tuple  # values[rank][chunk]: np.ndarray (int64) or None
+    sources: tuple  # sources[rank][chunk]: frozenset of ranks summed in, or None
+    bytes_sent: tuple  # cumulative, per rank
+    bytes_received: tuple
+
+
+@dataclass(frozen=True, eq=False)
+class SimResult:
+    plan: CollectivePlan
+    inputs: list  # one int64 array per rank
+    steps: list  # SimStep, len == plan.num_steps + 1
+    trace: Trace
+    cost: CostEstimate
+    expected: tuple  # expected[rank][chunk] at the end, None where nothing is required
+    final_ok: bool
+
+
+def _initial(plan: CollectivePlan, inputs) -> tuple[list, list]:
+    """Who holds which chunk before step 0, according to `plan.start`."""
+    offsets, n = chunk_offsets(plan.chunk_sizes), plan.world_size
+    def piece(r, c):
+        return inputs[r][offsets[c]:offsets[c] + plan.chunk_sizes[c]].copy()
+    holds = {"all": lambda r, c: True, "own": lambda r, c: c == r, "root": lambda r, c: r == plan.root}
+    if plan.start not in holds:
+        raise PlanError(f"start={plan.start!r}: must be one of {', '.join(holds)}")
+    values = [[piece(r, c) if holds[plan.start](r, c) else None for c in range(len(plan.chunk_sizes))]
+              for r in range(n)]
+    sources = [[frozenset([r]) if v is not None else None for v in row] for r, row in enumerate(values)]
+    return values, sources
+
+
+def _apply(plan, step_index, transfers, values, sources):
+    """Run one step: every send reads the state from *before* the step (they are concurrent)."""
+    new_values = [list(row) for row in values]
+    new_sources = [list(row) for row in sources]
+    for t in transfers:
+        where = f"step {step_index}: rank {t.src} -> rank {t.dst}, chunk {t.chunk}"
+        if not (0 <= t.src < plan.world_size and 0 <= t.dst < plan.world_size) or t.src == t.dst:
+            raise PlanError(f"{where}: src and dst must be two different ranks in [0, {plan.world_size})")
+        if not 0 <= t.chunk < len(plan.chunk_sizes):
+            raise PlanError(f"{where}: there are only {len(plan.chunk_sizes)} chunks")
+        if t.nbytes != plan.chunk_sizes[t.chunk] * plan.itemsize:
+            raise PlanError(f"{where}: nbytes={t.nbytes} but the chunk has "
+                            f"{plan.chunk_sizes[t.chunk] * plan.itemsize} bytes")
+        sent, src_from = values[t.src][t.chunk], sources[t.src][t.chunk]
+        if sent is None:
+            raise PlanError(f"{where}: rank {t.src} does not hold chunk {t.chunk} yet")
+        mine = new_values[t.dst][t.chunk]
+        if t.op == "reduce" and mine is not None:
+            new_values[t.dst][t.chunk] = mine + sent
+            new_sources[t.dst][t.chunk] = new_sources[t.dst][t.chunk] | src_from
+        else:
+            new_values[t.dst][t.chunk], new_sources[t.dst][t.chunk] = sent.copy(), src_from
+    return new_values, new_sources
+
+
+def expected_final(plan: CollectivePlan, inputs) -> tuple:
+    """What each rank must hold at the end, per the plan's goal (None = no requirement)."""
+    n, offsets = plan.world_size, chunk_offsets(plan.chunk_sizes)
+    total = np.sum(inputs, axis=0) if n else None
+    chunks = range(len(plan.chunk_sizes))
+    def cut(arr, c):
+        return arr[offsets[c]:offsets[c] + plan.chunk_sizes[c]]
+    goal = plan.meta.get("goal")
+    rule = {
+        "all_reduce": lambda r, c: cut(total, c),
+        "reduce_scatter": lambda r, c: cut(total, c) if c == r else None,
+        "all_gather": lambda r, c: cut(inputs[c], c),
+        "broadcast": lambda r, c: cut(inputs[plan.root], c),
+        "reduce": lambda r, c: cut(total, c) if r == plan.root else None,
+    }
+    if goal not in rule:
+        raise PlanError(f"goal={goal!r}: plan.meta['goal'] must be one of {', '.join(rule)}")
+    return tuple(tuple(rule[goal](r, c) for c in chunks) for r in range(n))
+
+
+def _matches(values, expected) -> bool:
+    return all(want is None or (got is not None and np.array_equal(got, want))
+               for got_row, want_row in zip(values, expected) for got, want in zip(got_row, want_row))
+
+
+def _trace(plan: CollectivePlan, cost: CostEstimate) -> Trace:
+    """Send/recv events, timed by the α-β model: step k spans [t_k, t_k + step_seconds[k])."""
+    trace, t0 = Trace(), 0.0
+    for k, (step, seconds) in enumerate(zip(plan.steps, cost.step_seconds)):
+        for t in step:
+            trace.append(Event(t.src, "send", k, t.dst, t.chunk, t.nbytes, start=t0, end=t0 + seconds))
+            trace.append(Event(t.dst, "recv", k, t.src, t.chunk, t.nbytes, start=t0, end=t0 + seconds))
+        t0 += seconds
+    return trace
+
+
+def simulate(plan: CollectivePlan, inputs=None, seed: int = 0,
+             alpha: float = DEFAULT_ALPHA, bandwidth: float = DEFAULT_BANDWIDTH) -> SimResult:
+    """Run `plan` step by step on `inputs` (default: `make_inputs(n, numel, seed)`)."""
+    check_positive("bandwidth", bandwidth)
+    n = plan.world_size
+    inputs = make_inputs(n, plan.numel, seed) if inputs is None else [np.asarray(x, np.int64) for x in inputs]
+    if len(inputs) != n or any(x.shape != (plan.numel,) for x in inputs):
+        raise PlanError(f"inputs: need {n} buffers of {plan.numel} elements")
+    values, sources = _initial(plan, inputs)
+    sent, recv = [0] * n, [0] * n
+    steps = [SimStep(0, (), _freeze(values), _freeze(sources), tuple(sent), tuple(recv))]
+    for k, transfers in enumerate(plan.steps):
+        values, sources = _apply(plan, k, transfers, values, sources)
+        for t in transfers:
+            sent[t.src] += t.nbytes
+            recv[t.dst] += t.nbytes
+        steps.append(SimStep(k + 1, tuple(transfers), _freeze(values), _freeze(sources), tuple(sent), tuple(recv)))
+    cost = alpha_beta(plan, alpha, bandwidth)
+    expected = expected_final(plan, inputs)
+    return SimResult(plan, inputs, steps, _trace(plan, cost), cost, expected, _matches(values, expected))
+
+
+def _freeze(rows):
+    return tuple(tuple(row) for row in rows)
