@@ -1,0 +1,162 @@
+"""Closed forms and exact states of the simulated collectives (no torch)."""
+import math
+
+import numpy as np
+import pytest
+
+from simlab.plan import split_sizes
+from simlab.sim.collectives import (make_inputs, make_plan, naive_all_reduce, ring_all_gather,
+                                    ring_all_reduce, ring_reduce_scatter, tree_broadcast)
+from simlab.sim.cost import alpha_beta, naive_all_reduce_seconds, ring_all_reduce_seconds
+from simlab.sim.stepper import PlanError, simulate
+
+SIZES = [1, 2, 3, 7, 64, 1000, 1001]
+RANKS = list(range(1, 65))
+PLANS = [ring_reduce_scatter, ring_all_gather, ring_all_reduce, tree_broadcast, naive_all_reduce]
+
+
+@pytest.mark.parametrize("plan_fn", PLANS)
+@pytest.mark.parametrize("n", RANKS)
+def test_every_plan_reaches_its_goal(plan_fn, n):
+    # small and uneven sizes for every n; big ones for a few n below (cost grows with n * numel)
+    for numel in (3, n + 1) + ((1, 1000, 1001) if n in (1, 2, 3, 4, 8, 13, 64) else ()):
+        res = simulate(plan_fn(n, numel), seed=n)
+        assert res.final_ok, (plan_fn.__name__, n, numel)
+
+
+@pytest.mark.parametrize("n", RANKS)
+def test_ring_all_reduce_closed_forms(n):
+    for numel in SIZES + [n * 12]:
+        plan = ring_all_reduce(n, numel, itemsize=4)
+        sizes, S = split_sizes(numel, n), numel * 4
+        assert plan.num_steps == 2 * (n - 1)
+        sent = plan.bytes_sent_per_rank()
+        if n <= 8 and numel < 100:  # the stepper counts what actually moved: same numbers
+            assert list(simulate(plan).steps[-1].bytes_sent) == sent
+        # rank r never sends the chunk it reduces (r) nor the one it receives last in all-gather (r+1)
+        assert sent == [0 if n == 1 else 2 * S - 4 * (sizes[r] + sizes[(r + 1) % n]) for r in range(n)]
+        assert sum(sent) == 2 * (n - 1) * S
+        if numel % n == 0:
+            assert all(s * n == 2 * (n - 1) * S for s in sent)  # 2(n-1)/n * S exactly
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 13, 64])
+@pytest.mark.parametrize("plan_fn", [ring_reduce_scatter, ring_all_gather])
+def test_half_collectives_cost_n_minus_1_over_n(plan_fn, n):
+    for numel in SIZES + [n * 5]:
+        plan = plan_fn(n, numel, itemsize=2)
+        S, sizes = numel * 2, split_sizes(numel, n)
+        sent = plan.bytes_sent_per_rank()
+        assert plan.num_steps == n - 1
+        assert sum(sent) == (n - 1) * S
+        # reduce-scatter: rank r sends every chunk but r; all-gather: every chunk but r+1
+        skip = (lambda r: r) if plan_fn is ring_reduce_scatter else (lambda r: (r + 1) % n)
+        assert sent == [0 if n == 1 else S - 2 * sizes[skip(r)] for r in range(n)]
+        if numel % n == 0:
+            assert all(s * n == (n - 1) * S for s in sent)
+
+
+def test_reduce_scatter_gives_rank_r_chunk_r_like_torch():
+    res = simulate(ring_reduce_scatter(4, 10))
+    total = np.sum(res.inputs, axis=0)
+    bounds = [0, 3, 6, 8, 10]
+    for r in range(4):
+        held = res.steps[-1].values[r][r]
+        assert np.array_equal(held, total[bounds[r]:bounds[r + 1]])
+        assert res.steps[-1].sources[r][r] == frozenset(range(4))
+
+
+def test_every_intermediate_state_is_exact():
+    """After step k of the ring reduce-scatter a chunk holds exactly k+2 ranks' contributions."""
+    n, res = 5, simulate(ring_all_reduce(5, 23))
+    for k in range(1, n):
+        step = res.steps[k]
+        for t in step.transfers:
+            held = step.values[t.dst][t.chunk]
+            srcs = step.sources[t.dst][t.chunk]
+            assert len(srcs) == k + 1
+            assert np.array_equal(held, sum(res.steps[0].values[r][t.chunk] for r in srcs))
+
+
+def test_ring_moves_one_chunk_to_the_next_rank_each_step():
+    plan = ring_all_reduce(4, 16)
+    for step in plan.steps:
+        assert sorted((t.src, t.dst) for t in step) == [(0, 1), (1, 2), (2, 3), (3, 0)]
+        assert len({t.chunk for t in step}) == 4  # every link busy with a different chunk
+
+
+def test_broadcast_and_naive_closed_forms():
+    for n in RANKS:
+        S = 400
+        tree = tree_broadcast(n, 100)
+        assert tree.num_steps == math.ceil(math.log2(n))
+        assert sum(tree.bytes_sent_per_rank()) == (n - 1) * S
+        naive = naive_all_reduce(n, 100)
+        assert naive.num_steps == (0 if n == 1 else 2)
+        assert naive.bytes_received_per_rank()[0] == (n - 1) * S  # the root takes everything in
+        assert naive.bytes_sent_per_rank()[0] == (n - 1) * S
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8, 16, 64])
+def test_alpha_beta_matches_closed_forms(n):
+    alpha, bw, numel = 7e-6, 3e9, n * 1000
+    ring = alpha_beta(ring_all_reduce(n, numel), alpha, bw)
+    assert ring.seconds == pytest.approx(ring_all_reduce_seconds(n, numel * 4, alpha, bw), rel=1e-12)
+    naive = alpha_beta(naive_all_reduce(n, numel), alpha, bw)
+    assert naive.seconds == pytest.approx(naive_all_reduce_seconds(n, numel * 4, alpha, bw), rel=1e-12)
+    big = n * 10**6  # bandwidth-bound: the ring wins by about a factor n
+    assert alpha_beta(ring_all_reduce(n, big), alpha, bw).seconds < alpha_beta(naive_all_reduce(n, big), alpha, bw).seconds
+
+
+def test_latency_bound_messages_favour_fewer_steps():
+    # 8 bytes on 8 ranks: the ring's 14 latencies cost more than the naive algorithm's 2
+    ring, naive = alpha_beta(ring_all_reduce(8, 2)), alpha_beta(naive_all_reduce(8, 2))
+    assert naive.seconds < ring.seconds
+
+
+def test_simulated_trace_has_one_send_and_recv_per_transfer():
+    res = simulate(ring_all_reduce(3, 9))
+    assert len(res.trace) == 2 * len(res.plan.transfers())
+    assert res.trace.bytes_sent_per_rank(3) == list(res.steps[-1].bytes_sent)
+    assert res.trace.bytes_received_per_rank(3) == list(res.steps[-1].bytes_received)
+    ends = [e.end for e in res.trace]
+    assert max(ends) == pytest.approx(res.cost.seconds)
+
+
+def test_simulation_is_deterministic():
+    a, b = simulate(ring_all_reduce(6, 50), seed=3), simulate(ring_all_reduce(6, 50), seed=3)
+    assert all(np.array_equal(x, y) for x, y in zip(a.inputs, b.inputs))
+    assert a.trace.signature() == b.trace.signature()
+    assert not np.array_equal(make_inputs(6, 50, seed=3)[0], make_inputs(6, 50, seed=4)[0])
+
+
+@pytest.mark.parametrize("kwargs, param", [
+    (dict(world_size=0, numel=4), "world_size=0"),
+    (dict(world_size=65, numel=4), "world_size=65"),
+    (dict(world_size=4, numel=-1), "numel=-1"),
+    (dict(world_size=4, numel=0), "numel=0"),
+    (dict(world_size=4, numel=4, itemsize=0), "itemsize=0"),
+])
+def test_bad_input_names_the_parameter(kwargs, param):
+    with pytest.raises(ValueError, match=param):
+        ring_all_reduce(**kwargs)
+
+
+def test_unknown_collective_is_rejected():
+    with pytest.raises(ValueError, match="collective='ring-allgatherx'"):
+        make_plan("ring-allgatherx", 4, 4)
+
+
+def test_a_broken_plan_is_reported_with_step_and_rank():
+    plan = ring_all_gather(3, 6)
+    wrong = plan.steps[0][:1] + (plan.steps[0][1].__class__(0, 1, 2, 2, 8, "copy"),) + plan.steps[0][2:]
+    broken = plan.__class__(plan.name, 3, plan.chunk_sizes, 4, "own", (wrong,) + plan.steps[1:],
+                            meta=plan.meta)
+    with pytest.raises(PlanError, match="step 0: rank 1 -> rank 2, chunk 2: rank 1 does not hold"):
+        simulate(broken)
+
+
+def test_missing_step_means_goal_not_reached():
+    plan = ring_all_reduce(4, 8)
+    short = plan.__class__(plan.name, 4, plan.chunk_sizes, 4, "all", plan.steps[:-1], meta=plan.meta)
+    assert simulate(short).final_ok is False
