@@ -55,3 +55,16 @@ def naive_all_reduce_seconds(n: int, nbytes: float, alpha: float = DEFAULT_ALPHA
                              bandwidth: float = DEFAULT_BANDWIDTH) -> float:
     """Closed form: the root receives then sends (n-1)·S, in 2 steps: 2α + 2(n-1)·S/B."""
     return 0.0 if n == 1 else 2 * alpha + 2 * (n - 1) * nbytes / bandwidth
+
+
+def optimal_bytes_per_rank(goal: str, n: int, nbytes: int) -> int:
+    """Lower bound on what the busiest rank must send (Patarasuk & Yuan for all-reduce).
+
+    All-reduce: every rank must send 2(n-1)/n of the buffer; reduce-scatter, all-gather and
+    broadcast: (n-1)/n. Rounded up to whole bytes, since sizes that n does not divide leave a
+    remainder some rank must carry.
+    """
+    factor = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1, "broadcast": 1, "reduce": 1}
+    if goal not in factor:
+        raise ValueError(f"goal={goal!r}: must be one of {', '.join(factor)}")
+    return -(-factor[goal] * (n - 1) * nbytes // n)  # ceil without floats

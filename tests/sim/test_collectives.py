@@ -160,3 +160,24 @@ def test_missing_step_means_goal_not_reached():
     plan = ring_all_reduce(4, 8)
     short = plan.__class__(plan.name, 4, plan.chunk_sizes, 4, "all", plan.steps[:-1], meta=plan.meta)
     assert simulate(short).final_ok is False
+
+
+def test_huge_buffers_are_simulated_symbolically_and_still_checked():
+    plan = ring_all_reduce(64, 1 << 28)  # 64 GiB of int64 values if tracked: sources only
+    res = simulate(plan)
+    assert res.final_ok and res.expected is None
+    assert list(res.steps[-1].bytes_sent) == plan.bytes_sent_per_rank()
+    # a plan that overwrites instead of adding loses contributions, and the sources show it
+    from simlab.plan import Transfer
+    copy_steps = tuple(tuple(Transfer(t.step, t.src, t.dst, t.chunk, t.nbytes, "copy") for t in s)
+                       for s in plan.steps)
+    wrong = plan.__class__(plan.name, 64, plan.chunk_sizes, 4, "all", copy_steps, meta=plan.meta)
+    assert simulate(wrong).final_ok is False
+
+
+def test_copy_instead_of_reduce_is_caught_on_values_too():
+    plan = ring_all_reduce(3, 9)
+    from simlab.plan import Transfer
+    steps = tuple(tuple(Transfer(t.step, t.src, t.dst, t.chunk, t.nbytes, "copy") for t in s) for s in plan.steps)
+    wrong = plan.__class__(plan.name, 3, plan.chunk_sizes, 4, "all", steps, meta=plan.meta)
+    assert simulate(wrong).final_ok is False

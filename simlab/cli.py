@@ -1,0 +1,133 @@
+"""The `simlab` command line: rerun a lesson's scene on a workstation or under torchrun.
+
+    simlab collective ring-allreduce --ranks 4 --size 1048576 --json   # simulate a plan
+    simlab run allreduce --world-size 4 --json                         # run it on real processes
+
+Every subcommand takes --json. Bad arguments are rejected with one line naming the parameter,
+before any process starts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from . import _checks
+from .sim.collectives import PLANS
+
+DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
+RUN_NAMES = {"allreduce": "ring-allreduce", "allgather": "ring-all-gather",
+             "reducescatter": "ring-reduce-scatter", "broadcast": "broadcast",
+             "naive-allreduce": "naive-allreduce"}
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but errors are a single line (no usage dump) — easy to read in a notebook."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _numel(size: int, dtype: str) -> int:
+    _checks.check_int("--size", size, 1)
+    if size % DTYPES[dtype]:
+        raise ValueError(f"--size={size}: must be a multiple of {DTYPES[dtype]} bytes ({dtype})")
+    return size // DTYPES[dtype]
+
+
+def cmd_collective(args) -> dict:
+    from .sim.cost import optimal_bytes_per_rank
+    from .sim.stepper import simulate
+    from .render.text import step_text
+
+    _checks.check_ranks("--ranks", args.ranks)
+    numel = _numel(args.size, args.dtype)
+    _checks.check_positive("--bandwidth", args.bandwidth)
+    if args.alpha < 0:
+        raise ValueError(f"--alpha={args.alpha}: must be >= 0 seconds")
+    plan = PLANS[args.collective](args.ranks, numel, itemsize=DTYPES[args.dtype])
+    res = simulate(plan, seed=args.seed, alpha=args.alpha, bandwidth=args.bandwidth)
+    out = {
+        "collective": args.collective, "plan": plan.name, "ranks": args.ranks, "size_bytes": plan.nbytes,
+        "dtype": args.dtype, "chunk_sizes": list(plan.chunk_sizes), "steps": plan.num_steps,
+        "bytes_sent_per_rank": list(res.steps[-1].bytes_sent),
+        "bytes_received_per_rank": list(res.steps[-1].bytes_received),
+        "optimal_bytes_per_rank": optimal_bytes_per_rank(plan.meta["goal"], args.ranks, plan.nbytes),
+        "final_state_ok": res.final_ok,
+        "cost": {"alpha_s": args.alpha, "bandwidth_Bps": args.bandwidth, "seconds": res.cost.seconds,
+                 "latency_seconds": res.cost.latency_seconds,
+                 "bandwidth_seconds": res.cost.bandwidth_seconds},
+    }
+    if not args.json:
+        if args.show_steps:
+            for step in res.steps:
+                print(step_text(step, plan), end="\n\n")
+        print(_summary(out))
+    return out
+
+
+def cmd_run(args) -> dict:
+    from .exec.collectives import run_collective
+    from .exec.launch import resolve_backend
+
+    _checks.check_int("--world-size", args.world_size, 1)
+    numel = _numel(args.size, "float32")
+    _checks.check_positive("--timeout", args.timeout)
+    try:
+        backend = resolve_backend(args.backend, args.world_size)
+    except ValueError as err:  # name the flag the user typed
+        raise ValueError(str(err).replace("world_size=", "--world-size=").replace("backend=", "--backend=")) from None
+    res = run_collective(RUN_NAMES[args.collective], args.world_size, numel, backend=backend,
+                         seed=args.seed, timeout=args.timeout)
+    out = {"collective": args.collective, "backend": res["backend"], "world_size": res["world_size"],
+           "size_bytes": numel * 4, "max_abs_diff_vs_torch": res["max_abs_diff_vs_torch"],
+           "bytes_sent_per_rank": res["bytes_sent_per_rank"], "matches_simulator": res["matches_simulator"]}
+    if not args.json:
+        print(_summary(out))
+    return out
+
+
+def _summary(out: dict) -> str:
+    return "\n".join(f"{key:>24}: {value}" for key, value in out.items())
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="simlab", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    col = sub.add_parser("collective", help="simulate a collective step by step (no torch)")
+    col.add_argument("collective", choices=sorted(PLANS), help="which plan")
+    col.add_argument("--ranks", type=int, default=4, help="number of ranks, 1..64 (default 4)")
+    col.add_argument("--size", type=int, default=1 << 20, help="buffer size in bytes (default 1 MiB)")
+    col.add_argument("--dtype", choices=sorted(DTYPES), default="float32", help="element type")
+    col.add_argument("--alpha", type=float, default=10e-6, help="α: latency per step, seconds")
+    col.add_argument("--bandwidth", type=float, default=10e9, help="1/β: bytes per second per link")
+    col.add_argument("--seed", type=int, default=0, help="seed of the integer inputs")
+    col.add_argument("--show-steps", action="store_true", help="print every step as a table")
+    col.add_argument("--json", action="store_true", help="print one JSON object")
+    col.set_defaults(func=cmd_collective)
+    run = sub.add_parser("run", help="run a collective on real processes and compare with torch")
+    run.add_argument("collective", choices=sorted(RUN_NAMES), help="which collective")
+    run.add_argument("--world-size", type=int, default=4, help="number of processes (default 4)")
+    run.add_argument("--size", type=int, default=1 << 20, help="buffer size in bytes, float32 (default 1 MiB)")
+    run.add_argument("--backend", default="auto", help="auto | gloo | nccl (default auto)")
+    run.add_argument("--timeout", type=float, default=120.0, help="seconds before workers are killed")
+    run.add_argument("--seed", type=int, default=0, help="seed of the integer inputs")
+    run.add_argument("--json", action="store_true", help="print one JSON object")
+    run.set_defaults(func=cmd_run)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        out = args.func(args)
+    except ValueError as err:
+        parser.exit(2, f"simlab {args.command}: error: {err}\n")
+    if args.json:
+        print(json.dumps(out))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""The course machinery: exercises generated from solutions, stubs fail, answers pass, grading is strict."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simlab.grading import check_ring_all_gather
+from simlab.plan import CollectivePlan, Transfer, split_sizes
+from simlab.sim.collectives import ring_all_gather, ring_all_reduce
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import make_exercises  # noqa: E402
+
+
+def test_exercises_are_generated_from_solutions_without_drift():
+    assert make_exercises.main(["--check"]) == 0, "run: python tools/make_exercises.py"
+    assert sorted(p.name for p in (ROOT / "exercises").glob("*.ipynb")) == \
+        sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb"))
+
+
+def test_generated_exercises_contain_no_answers():
+    for path in (ROOT / "exercises").glob("*.ipynb"):
+        text = path.read_text()
+        assert "BEGIN SOLUTION" not in text and make_exercises.STUB.replace('"', '\\"') in text
+
+
+def test_strip_solutions_keeps_indentation_and_the_rest():
+    src = "def f():\n    x = 1\n    ### BEGIN SOLUTION\n    return x\n    ### END SOLUTION\nprint(1)"
+    assert make_exercises.strip_solutions(src, "code") == \
+        f"def f():\n    x = 1\n    {make_exercises.STUB}\nprint(1)"
+    with pytest.raises(ValueError, match="without"):
+        make_exercises.strip_solutions("### BEGIN SOLUTION\nx", "code")
+
+
+def _nbval(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pytest", "--nbval", str(path), "-q", "-p", "no:cacheprovider",
+                           "--override-ini=addopts=", "--timeout=600"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb")))
+def test_exercise_fails_on_stub_and_passes_with_solution(name):
+    stub = _nbval(ROOT / "exercises" / name)
+    assert stub.returncode == 1 and "NotImplementedError" in stub.stdout, stub.stdout[-2000:]
+    solved = _nbval(ROOT / "solutions" / name)
+    assert solved.returncode == 0, solved.stdout[-3000:]
+
+
+def test_grader_accepts_the_reference_plan(capsys):
+    check_ring_all_gather(ring_all_gather)
+    assert capsys.readouterr().out.startswith("ring all-gather plan: ✓")
+
+
+def _with_steps(plan, steps, start=None):
+    return CollectivePlan(plan.name, plan.world_size, plan.chunk_sizes, plan.itemsize,
+                          start or plan.start, steps, meta=plan.meta)
+
+
+@pytest.mark.parametrize("broken, reason", [
+    (lambda n, m, i: ring_all_reduce(n, m, i), "start='all'|steps; a ring all-gather takes"),
+    (lambda n, m, i: _with_steps(ring_all_gather(n, m, i), ring_all_gather(n, m, i).steps, "all"), "start='all'"),
+    (lambda n, m, i: _with_steps(ring_all_gather(n, m, i), tuple(
+        tuple(Transfer(t.step, t.src, t.dst, t.chunk, t.nbytes, t.op) for t in s)
+        for s in ring_all_gather(n, m, i).steps[:-1]) + ((),) if n > 1 else ()), "every rank must send"),
+    (lambda n, m, i: _with_steps(ring_all_gather(n, m, i), tuple(
+        tuple(Transfer(t.step, t.src, t.dst, t.src, t.nbytes, t.op) for t in s)
+        for s in ring_all_gather(n, m, i).steps)), "nbytes=|missing a chunk"),
+    (lambda n, m, i: "not a plan", "expected a CollectivePlan"),
+])
+def test_grader_rejects_wrong_plans(broken, reason, capsys):
+    with pytest.raises(AssertionError):
+        check_ring_all_gather(broken)
+    out = capsys.readouterr().out
+    assert out.startswith("ring all-gather plan: ✗")
+    assert any(part in out for part in reason.split("|")), out
+
+
+def test_grader_lets_the_stub_error_through():
+    def stub(n, numel, itemsize):
+        raise NotImplementedError("exercise")
+    with pytest.raises(NotImplementedError):
+        check_ring_all_gather(stub)

@@ -1,0 +1,47 @@
+"""The project's own promises: one environment two ways, a CI script that runs the README's command."""
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[<>=!~ \[]", requirement.strip(), maxsplit=1)[0].lower()
+
+
+def _environment_yml_deps() -> set[str]:
+    deps = set()
+    for line in (ROOT / "environment.yml").read_text().splitlines():
+        m = re.match(r"^\s+- (?!pip:)(.+)$", line)
+        if m and not m.group(1).startswith(("-e", "python", "pip")) or (m and m.group(1).startswith("pip>")):
+            deps.add(_name(m.group(1)))
+    return deps
+
+
+def test_environment_yml_lists_the_same_dependencies_as_pyproject():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = {_name(r) for r in project["dependencies"] + project["optional-dependencies"]["dev"]}
+    assert _environment_yml_deps() == wanted
+
+
+def test_runtime_dependencies_are_the_agreed_ones():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert {_name(r) for r in project["dependencies"]} == {"torch", "numpy", "matplotlib", "ipywidgets", "jupyterlab"}
+    assert "torch>=2.4" in project["dependencies"]
+
+
+def test_ci_runs_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    first_block = re.search(r"```(?:bash|sh)?\n(.*?)```", readme, re.S).group(1)
+    commands = [line.strip() for line in first_block.splitlines() if line.strip() and not line.startswith("#")]
+    assert commands == ["make lab", "make test"]
+    ci = [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()
+          if line.strip() and not line.startswith("#") and not line.startswith(("set ", "cd "))]
+    assert ci == ["make test"]
+
+
+def test_setup_pins_the_cpu_build_without_a_gpu():
+    makefile = (ROOT / "Makefile").read_text()
+    assert "TORCH_CPU ?= torch==2.13.0" in makefile
+    assert "nvidia-smi" in makefile

@@ -1,0 +1,71 @@
+"""Generate exercises/ from solutions/: each answer region becomes a stub that raises.
+
+    python tools/make_exercises.py          # rewrite exercises/*.ipynb
+    python tools/make_exercises.py --check  # exit 1 if exercises/ drifted from solutions/
+
+In code cells, the lines from `### BEGIN SOLUTION` to `### END SOLUTION` become
+`raise NotImplementedError(...)` at the same indentation; in markdown cells they become a prompt.
+Outputs are kept, so students see what a correct answer prints (and nbval fails until they match).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+STUB = 'raise NotImplementedError("exercise: write your answer here")'
+
+
+def strip_solutions(source: str, cell_type: str) -> str:
+    out, inside = [], False
+    for line in source.split("\n"):
+        if line.strip() == BEGIN:
+            if inside:
+                raise ValueError(f"nested {BEGIN!r}")
+            inside = True
+            indent = re.match(r"\s*", line).group(0)
+            out.append(indent + STUB if cell_type == "code" else "*Your answer here.*")
+        elif line.strip() == END:
+            if not inside:
+                raise ValueError(f"{END!r} without {BEGIN!r}")
+            inside = False
+        elif not inside:
+            out.append(line)
+    if inside:
+        raise ValueError(f"{BEGIN!r} without {END!r}")
+    return "\n".join(out)
+
+
+def make_exercise(solution: Path) -> str:
+    nb = nbformat.read(solution, as_version=4)
+    for cell in nb.cells:
+        if BEGIN in cell.source:
+            cell.source = strip_solutions(cell.source, cell.cell_type)
+    return nbformat.writes(nb) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true", help="fail if exercises/ is out of date")
+    args = parser.parse_args(argv)
+    drifted = []
+    for solution in sorted((ROOT / "solutions").glob("*.ipynb")):
+        target, text = ROOT / "exercises" / solution.name, make_exercise(solution)
+        if args.check:
+            if not target.exists() or target.read_text() != text:
+                drifted.append(target.name)
+        else:
+            target.write_text(text)
+    if drifted:
+        print(f"exercises out of date: {', '.join(drifted)}; run: python tools/make_exercises.py")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
