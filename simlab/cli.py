@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from . import _checks
@@ -70,6 +71,8 @@ def cmd_run(args) -> dict:
     from .exec.collectives import run_collective
     from .exec.launch import resolve_backend
 
+    if args.world_size is None:  # under torchrun, default to its world size
+        args.world_size = int(os.environ.get("WORLD_SIZE", 4))
     _checks.check_int("--world-size", args.world_size, 1)
     numel = _numel(args.size, "float32")
     _checks.check_positive("--timeout", args.timeout)
@@ -82,9 +85,14 @@ def cmd_run(args) -> dict:
     out = {"collective": args.collective, "backend": res["backend"], "world_size": res["world_size"],
            "size_bytes": numel * 4, "max_abs_diff_vs_torch": res["max_abs_diff_vs_torch"],
            "bytes_sent_per_rank": res["bytes_sent_per_rank"], "matches_simulator": res["matches_simulator"]}
-    if not args.json:
+    if not args.json and _is_printing_rank():
         print(_summary(out))
     return out
+
+
+def _is_printing_rank() -> bool:
+    """Under torchrun every rank runs this CLI; only rank 0 prints."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def _summary(out: dict) -> str:
@@ -107,7 +115,8 @@ def build_parser() -> argparse.ArgumentParser:
     col.set_defaults(func=cmd_collective)
     run = sub.add_parser("run", help="run a collective on real processes and compare with torch")
     run.add_argument("collective", choices=sorted(RUN_NAMES), help="which collective")
-    run.add_argument("--world-size", type=int, default=4, help="number of processes (default 4)")
+    run.add_argument("--world-size", type=int, default=None,
+                     help="number of processes (default: $WORLD_SIZE under torchrun, else 4)")
     run.add_argument("--size", type=int, default=1 << 20, help="buffer size in bytes, float32 (default 1 MiB)")
     run.add_argument("--backend", default="auto", help="auto | gloo | nccl (default auto)")
     run.add_argument("--timeout", type=float, default=120.0, help="seconds before workers are killed")
@@ -124,7 +133,7 @@ def main(argv=None) -> int:
         out = args.func(args)
     except ValueError as err:
         parser.exit(2, f"simlab {args.command}: error: {err}\n")
-    if args.json:
+    if args.json and _is_printing_rank():
         print(json.dumps(out))
     return 0
 

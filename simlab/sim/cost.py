@@ -68,3 +68,20 @@ def optimal_bytes_per_rank(goal: str, n: int, nbytes: int) -> int:
     if goal not in factor:
         raise ValueError(f"goal={goal!r}: must be one of {', '.join(factor)}")
     return -(-factor[goal] * (n - 1) * nbytes // n)  # ceil without floats
+
+
+def compare_all_reduce(world_sizes, nbytes: int, alpha: float = DEFAULT_ALPHA,
+                       bandwidth: float = DEFAULT_BANDWIDTH) -> list[dict]:
+    """Ring vs naive (reduce-to-root + broadcast) all-reduce of `nbytes` for several world sizes."""
+    from .collectives import naive_all_reduce, ring_all_reduce  # plans only: no values simulated
+
+    rows = []
+    for n in world_sizes:
+        ring, naive = ring_all_reduce(n, nbytes, itemsize=1), naive_all_reduce(n, nbytes, itemsize=1)
+        rows.append({"ranks": n, "ring_steps": ring.num_steps, "naive_steps": naive.num_steps,
+                     "ring_max_bytes": max(ring.bytes_sent_per_rank()),
+                     "naive_root_bytes": naive.bytes_sent_per_rank()[naive.root],
+                     "optimal_bytes": optimal_bytes_per_rank("all_reduce", n, nbytes),
+                     "ring_seconds": alpha_beta(ring, alpha, bandwidth).seconds,
+                     "naive_seconds": alpha_beta(naive, alpha, bandwidth).seconds})
+    return rows

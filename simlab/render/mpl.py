@@ -1,0 +1,241 @@
+"""Matplotlib pictures of collectives: the ring, the bytes each rank sends, and a timeline.
+
+- `draw_ring_step`: ranks on a circle (rank 0 on top, clockwise). Each rank shows a row of chunk
+  boxes, darker the more ranks' inputs are summed into that chunk (grey: not held yet), and arrows
+  for the transfers that produced this step (solid red: the receiver adds; dashed blue: it copies).
+- `draw_bytes`: bytes sent per rank, grouped bars for several algorithms (ring vs naive).
+- `draw_timeline`: a Gantt chart, one lane per rank, from any `Trace` (model time or wall time).
+
+Every function draws into `ax` if given, else into a fresh `matplotlib.figure.Figure` (no pyplot
+state, so it works headless), and returns the Figure. Nothing here computes what an engine owns.
+"""
+from __future__ import annotations
+
+import math
+
+from .text import header
+
+NOT_HELD_COLOR = "#e6e6e6"
+UNKNOWN_COLOR = "#d8c9a8"  # a real run holds values but cannot say whose inputs are in them
+OP_STYLE = {"reduce": dict(color="#d62728", linestyle="-"),   # receiver adds the chunk in
+            "copy": dict(color="#1f77b4", linestyle="--")}    # receiver overwrites with it
+KIND_COLOR = {"send": "#ff7f0e", "recv": "#1f77b4", "compute": "#2ca02c"}
+MAX_CHUNK_BOXES = 16  # beyond this the boxes are too small to read: only the nodes are drawn
+RADIUS = 1.0
+
+
+def _new_ax(ax, figsize):
+    """Use the caller's axes, or make a Figure without touching pyplot's global state."""
+    if ax is not None:
+        return ax
+    from matplotlib.figure import Figure
+    return Figure(figsize=figsize, layout="constrained").add_subplot()
+
+
+def outward(rank: int, n: int) -> tuple[float, float]:
+    """Unit vector from the centre towards rank's place: rank 0 at the top, then clockwise."""
+    angle = math.pi / 2 - 2 * math.pi * rank / n
+    return math.cos(angle), math.sin(angle)
+
+
+def rank_position(rank: int, n: int) -> tuple[float, float]:
+    """Where a rank's node sits; a single rank sits in the middle."""
+    ux, uy = outward(rank, n)
+    radius = RADIUS if n > 1 else 0.0
+    return radius * ux, radius * uy
+
+
+def contribution_color(count: int | None, n: int, held: bool = True):
+    """Grey if not held; light to dark blue-green as 1..n ranks' inputs are summed in."""
+    import matplotlib
+    if not held:
+        return NOT_HELD_COLOR
+    if count is None:
+        return UNKNOWN_COLOR
+    frac = 1.0 if n == 1 else (count - 1) / (n - 1)
+    return matplotlib.colormaps["YlGnBu"](0.15 + 0.85 * frac)
+
+
+def _sizes(n: int, chunks: int) -> dict:
+    """Node radius, chunk box size and font size that fit n ranks on the circle."""
+    chord = 2.0 if n == 1 else 2 * RADIUS * math.sin(math.pi / n)  # distance between neighbours
+    node = min(0.13, 0.25 * chord)  # small enough to leave room for the arrows between nodes
+    box = min(0.1, 0.85 * chord / max(chunks, 1))
+    return dict(node=node, box_w=box, box_h=min(0.1, max(box, 0.04)),
+                font=11 if n <= 8 else max(4.0, 11 * 8 / n))
+
+
+def _draw_chunks(ax, step, rank, n, s):
+    """The rank's chunks as a row of boxes, placed just outside its node (away from the arrows)."""
+    from matplotlib.patches import Rectangle
+    (x, y), (ux, uy) = rank_position(rank, n), outward(rank, n)
+    count = len(step.values[rank])
+    width = count * s["box_w"]
+    # push the row out far enough that neither its ends nor its edges touch the node
+    reach = s["node"] + 0.04 + abs(ux) * width / 2 + abs(uy) * s["box_h"] / 2
+    left, bottom = x + ux * reach - width / 2, y + uy * reach - s["box_h"] / 2
+    for c in range(count):
+        value = step.values[rank][c]
+        sources = step.sources[rank][c] if step.sources is not None else None
+        color = contribution_color(len(sources) if sources is not None else None, n, value is not None)
+        ax.add_patch(Rectangle((left + c * s["box_w"], bottom), s["box_w"], s["box_h"],
+                               facecolor=color, edgecolor="#555555", linewidth=0.6, gid="chunk"))
+        if count <= 8 and n <= 8:  # the chunk index links a box to the arrow labels
+            dark = sources is not None and len(sources) > n / 2
+            ax.text(left + (c + 0.5) * s["box_w"], bottom + s["box_h"] / 2, str(c), ha="center",
+                    va="center", fontsize=s["font"] * 0.7, color="white" if dark else "#333333")
+    return reach + max(width, s["box_h"]) / 2
+
+
+def _draw_arrow(ax, t, n, s, label: str | None):
+    """One transfer, src -> dst, bent a little so that a -> b and b -> a do not overlap."""
+    from matplotlib.patches import FancyArrowPatch
+    (x1, y1), (x2, y2) = rank_position(t.src, n), rank_position(t.dst, n)
+    dist = math.hypot(x2 - x1, y2 - y1)
+    ux, uy = (x2 - x1) / dist, (y2 - y1) / dist
+    start = (x1 + ux * s["node"], y1 + uy * s["node"])  # leave from the node's rim, not its centre
+    end = (x2 - ux * s["node"], y2 - uy * s["node"])
+    rad = 0.15
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", connectionstyle=f"arc3,rad={rad}",
+                                 mutation_scale=max(6, 14 - n / 4), linewidth=1.4, gid="transfer",
+                                 shrinkA=0, shrinkB=0, **OP_STYLE[t.op]))
+    if label:  # the midpoint of arc3's Bezier curve: half-way to its control point
+        dx, dy = end[0] - start[0], end[1] - start[1]
+        mx = (start[0] + end[0]) / 2 + rad / 2 * dy
+        my = (start[1] + end[1]) / 2 - rad / 2 * dx
+        ax.text(mx, my, label, ha="center", va="center", fontsize=s["font"] * 0.75,
+                color=OP_STYLE[t.op]["color"],
+                bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85))
+
+
+def _ring_legend(ax, step, n):
+    """Explain the shades actually used (a real step has no sources) and the arrow styles."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    def patch(color, label):
+        return Patch(facecolor=color, edgecolor="#555555", label=label)
+    cells = [(v, src) for vrow, srow in zip(step.values, step.sources or [None] * n)
+             for v, src in zip(vrow, srow or [None] * len(vrow))]
+    handles = [patch(NOT_HELD_COLOR, "not held")]
+    if any(src is not None for _, src in cells):
+        handles.append(patch(contribution_color(1, n), "1 rank's input"))
+        # every shade for small rings; for big ones, one "partial" shade stands for them all
+        middle = range(2, n) if n <= 4 else [(n + 1) // 2]
+        handles += [patch(contribution_color(k, n), f"{k} summed" if n <= 4 else "partial sum")
+                    for k in middle]
+        if n > 1:
+            handles.append(patch(contribution_color(n, n), f"all {n} summed"))
+    if any(v is not None and src is None for v, src in cells):
+        handles.append(patch(UNKNOWN_COLOR, "held (whose inputs: unknown)"))
+    names = {"reduce": "send, receiver adds (+=)", "copy": "send, receiver copies (=)"}
+    ops = sorted({t.op for t in step.transfers})
+    handles += [Line2D([], [], label=names[op], linewidth=1.4, **OP_STYLE[op]) for op in ops]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3,
+              fontsize=8, frameon=False, handlelength=1.6)
+
+
+def draw_ring_step(step, plan, ax=None, title=None):
+    """Ranks on a circle with their chunks and this step's transfers; returns the Figure."""
+    from matplotlib.patches import Circle
+    ax = _new_ax(ax, (6, 6.6))
+    n = plan.world_size
+    chunks = len(plan.chunk_sizes)
+    s = _sizes(n, chunks)
+    ring = RADIUS if n > 1 else 0.0  # a lone rank sits in the middle
+    extent = ring + s["node"]
+    for r in range(n):
+        x, y = rank_position(r, n)
+        ax.add_patch(Circle((x, y), s["node"], facecolor="white", edgecolor="#333333",
+                            linewidth=1.2, zorder=3, gid="rank"))
+        ax.text(x, y, f"r{r}", ha="center", va="center", fontsize=s["font"], zorder=4)
+        if chunks <= MAX_CHUNK_BOXES:
+            extent = max(extent, ring + _draw_chunks(ax, step, r, n, s))
+    for t in step.transfers:
+        # name the chunk (or, with one chunk, the bytes) while labels are still legible
+        label = (f"c{t.chunk}" if chunks > 1 else f"{t.nbytes} B") if n <= 12 else None
+        _draw_arrow(ax, t, n, s, label)
+    if chunks > MAX_CHUNK_BOXES:
+        ax.text(0, 0, f"{chunks} chunks per rank:\nboxes hidden", ha="center", va="center",
+                fontsize=9, color="#777777")
+    ax.set_xlim(-extent - 0.05, extent + 0.05)
+    ax.set_ylim(-extent - 0.05, extent + 0.05)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(title if title is not None else header(step, plan), fontsize=10)
+    _ring_legend(ax, step, n)
+    return ax.figure
+
+
+def draw_bytes(per_rank_lists: dict, ax=None, optimum: float | None = None):
+    """Grouped bars: bytes sent by each rank, one colour per algorithm; optional optimum line."""
+    ax = _new_ax(ax, (7, 3.6))
+    names = list(per_rank_lists)
+    n = max((len(v) for v in per_rank_lists.values()), default=0)
+    width = 0.8 / max(len(names), 1)
+    for i, name in enumerate(names):
+        values = per_rank_lists[name]
+        xs = [r - 0.4 + (i + 0.5) * width for r in range(len(values))]
+        ax.bar(xs, values, width=width, label=name)
+    if optimum is not None:
+        ax.axhline(optimum, color="black", linestyle=":", linewidth=1.2, label=f"optimum ({optimum:g} B)")
+    every = max(1, math.ceil(n / 16))  # at most ~16 tick labels, so they stay legible
+    ax.set_xticks(range(0, n, every), [f"r{r}" for r in range(0, n, every)])
+    ax.set_xlabel("rank")
+    ax.set_ylabel("bytes sent")
+    ax.legend(fontsize=8, frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    return ax.figure
+
+
+def _time_unit(span: float) -> tuple[float, str]:
+    """Pick s / ms / µs / ns so that the axis numbers are readable."""
+    for scale, unit in ((1.0, "s"), (1e3, "ms"), (1e6, "µs"), (1e9, "ns")):
+        if span * scale >= 1:
+            return scale, unit
+    return 1e9, "ns"
+
+
+def _bar_label(e) -> str:
+    """'c2→r1' on a send, 'c1←r3' on a receive, the action name ('2F0') on compute."""
+    chunk = f"c{e.chunk}" if e.chunk is not None else ""
+    if e.kind == "send":
+        return e.name or f"{chunk}→r{e.peer}"
+    if e.kind == "recv":
+        return e.name or f"{chunk}←r{e.peer}"
+    return e.name
+
+
+def draw_timeline(trace, world_size: int, ax=None, title: str | None = None):
+    """Gantt chart: one lane per rank (rank 0 on top); sends in the upper half of a lane,
+    receives in the lower half (they overlap in time on a ring), compute across the whole lane."""
+    from matplotlib.patches import Patch
+    ax = _new_ax(ax, (8, 1 + 0.45 * world_size))
+    t0 = min((e.start for e in trace), default=0.0)
+    span = max((e.end for e in trace), default=0.0) - t0
+    scale, unit = _time_unit(span or 1.0)
+    min_width = 0.004 * (span or 1.0)  # an instant event still shows as a sliver
+    lanes = {"send": (0.0, 0.4), "recv": (0.4, 0.4), "compute": (0.0, 0.8)}
+    for rank in range(world_size):
+        for kind in ("send", "recv", "compute"):
+            bars = [((e.start - t0) * scale, max(e.end - e.start, min_width) * scale)
+                    for e in trace if e.rank == rank and e.kind == kind]
+            if bars:
+                top, height = lanes[kind]
+                ax.broken_barh(bars, (rank - 0.4 + top, height), facecolors=KIND_COLOR[kind],
+                               edgecolor="white", linewidth=0.5)
+    if len(trace) <= 200:  # write on bars wide enough to hold a label: chunk and peer, or 2F0
+        for e in trace:
+            if span and e.end - e.start >= span / 18:  # about the width of "c2→r1"
+                top, height = lanes.get(e.kind, lanes["compute"])
+                ax.text((e.start - t0 + (e.end - e.start) / 2) * scale, e.rank - 0.4 + top + height / 2,
+                        _bar_label(e), ha="center", va="center", fontsize=7, color="white")
+    ax.set_yticks(range(world_size), [f"r{r}" for r in range(world_size)])
+    ax.set_ylim(world_size - 0.5, -0.5)  # rank 0 on top, as in the tables
+    ax.set_xlabel(f"time ({unit})")
+    kinds = [k for k in KIND_COLOR if any(e.kind == k for e in trace)]
+    ax.legend(handles=[Patch(color=KIND_COLOR[k], label=k) for k in kinds], fontsize=8,
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax.figure

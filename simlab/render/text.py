@@ -1,0 +1,217 @@
+"""Text pictures of a collective: who holds what after each step, as fixed-width tables.
+
+Draws, for one step of a simulated (or real) run: a table with one row per rank and one column per
+chunk, then the transfers that produced this state and the bytes each rank has moved so far.
+A cell shows *whose inputs are summed in* (``0+2``, ``Σ0..2`` when every rank is in) or the values
+themselves (``[13 12]``); ``·`` means the rank does not hold that chunk. The output has no timings
+and no object ids, so notebooks can compare it character for character (nbval).
+
+    >>> from simlab.sim.collectives import ring_all_reduce
+    >>> from simlab.sim.stepper import simulate
+    >>> plan = ring_all_reduce(world_size=3, numel=6)
+    >>> print(step_text(simulate(plan).steps[1], plan))
+    step 1/4 of ring_all_reduce (n=3, 24 B): reduce-scatter
+        chunk 0  chunk 1  chunk 2  sent  recv
+    r0  0        0+2      0        8 B   8 B
+    r1  1        1        0+1      8 B   8 B
+    r2  1+2      2        2        8 B   8 B
+    transfers (+= receiver adds, = receiver overwrites):
+      r0 -> r1  chunk 2  +=  (8 B)
+      r1 -> r2  chunk 0  +=  (8 B)
+      r2 -> r0  chunk 1  +=  (8 B)
+    cells: ranks whose inputs are summed in; Σ0..2 = all 3 ranks; · = not held
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+NOT_HELD = "·"
+MATCH = {True: "match ✓", False: "match ✗"}
+# What a step's transfers do, by op; ring plans call their two halves by the collective's name.
+_PHASES_RING = {"reduce": "reduce-scatter", "copy": "all-gather"}
+_PHASES_OTHER = {"reduce": "reduce", "copy": "broadcast"}
+
+
+def contributors(ranks, world_size: int) -> str:
+    """Short name for a set of ranks: {0, 2} -> '0+2', all of 0..7 -> 'Σ0..7', runs -> '0..3+6'."""
+    ranks = sorted(ranks)
+    if world_size > 1 and len(ranks) == world_size:
+        return f"Σ0..{world_size - 1}"  # Σ marks the finished sum: the cell a collective aims for
+    parts, i = [], 0
+    while i < len(ranks):  # group consecutive ranks; runs of 3+ print as a..b to stay narrow
+        j = i
+        while j + 1 < len(ranks) and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{ranks[i]}..{ranks[j]}")
+        else:
+            parts.extend(str(r) for r in ranks[i:j + 1])
+        i = j + 1
+    return "+".join(parts)
+
+
+def _number(x) -> str:
+    """An element as text: whole numbers without '.0' (real runs may hold floats)."""
+    x = x.item() if hasattr(x, "item") else x
+    if isinstance(x, float):
+        return str(int(x)) if x.is_integer() else f"{x:.4g}"
+    return str(x)
+
+
+def format_values(values, max_items: int = 4) -> str:
+    """'[13 12]'; longer arrays keep their first items and end with '…'."""
+    items = [_number(v) for v in list(values)[:max_items + 1]]
+    if len(items) > max_items:
+        items = items[:max_items - 1] + ["…"]
+    return "[" + " ".join(items) + "]"
+
+
+def cell(step, rank: int, chunk: int, show: str = "sources") -> str:
+    """What one table cell shows. A real run knows values but not sources: then values it is."""
+    value = step.values[rank][chunk]
+    if value is None:
+        return NOT_HELD
+    source = step.sources[rank][chunk] if step.sources is not None else None
+    if show == "sources" and source is not None:
+        return contributors(source, len(step.values))
+    return format_values(value)
+
+
+def phase_name(step, plan) -> str:
+    """The phase a step belongs to: from `plan.meta['phases']` if given, else from its transfers' ops."""
+    if step.index == 0:
+        return "start"
+    phases = plan.meta.get("phases")
+    if phases and step.index - 1 < len(phases):
+        return phases[step.index - 1]
+    ring = plan.name.startswith("ring") or plan.meta.get("goal") in ("all_gather", "reduce_scatter")
+    names = _PHASES_RING if ring else _PHASES_OTHER
+    ops = sorted({t.op for t in step.transfers})
+    return " + ".join(names[op] for op in ops) or "idle"
+
+
+def header(step, plan) -> str:
+    return (f"step {step.index}/{plan.num_steps} of {plan.name} "
+            f"(n={plan.world_size}, {plan.nbytes} B): {phase_name(step, plan)}")
+
+
+def transfer_line(t) -> str:
+    """'r0 -> r1  chunk 2  +=  (8 B)': '+=' the receiver adds the chunk in, '=' it overwrites."""
+    verb = "+=" if t.op == "reduce" else "= "
+    return f"r{t.src} -> r{t.dst}  chunk {t.chunk}  {verb}  ({t.nbytes} B)"
+
+
+def _align(rows: list[list[str]]) -> list[str]:
+    """Left-align columns two spaces apart; trailing spaces dropped so goldens stay clean."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+
+
+def _block(step, plan, show: str) -> list[str]:
+    """Grid (rank x chunk, then cumulative bytes) and the transfers that led here."""
+    chunks = range(len(plan.chunk_sizes))
+    rows = [[""] + [f"chunk {c}" for c in chunks] + ["sent", "recv"]]
+    for r in range(plan.world_size):
+        rows.append([f"r{r}"] + [cell(step, r, c, show) for c in chunks]
+                    + [f"{step.bytes_sent[r]} B", f"{step.bytes_received[r]} B"])
+    lines = _align(rows)
+    if step.transfers:
+        lines.append("transfers (+= receiver adds, = receiver overwrites):")
+        lines += ["  " + transfer_line(t) for t in step.transfers]
+    else:
+        lines.append("transfers: none yet (the starting state)")
+    return lines
+
+
+def _legend(step, plan, show: str) -> str:
+    """One line saying what the cells mean; a real step without sources shows values only."""
+    if show == "sources" and any(src is not None for row in (step.sources or ()) for src in row):
+        return (f"cells: ranks whose inputs are summed in; Σ0..{plan.world_size - 1} = "
+                f"all {plan.world_size} ranks; {NOT_HELD} = not held")
+    return f"cells: values held; {NOT_HELD} = not held"
+
+
+def step_text(step, plan, show: str = "sources") -> str:
+    """One step as a table: rows are ranks, columns chunks (`show` = 'sources' or 'values')."""
+    if show not in ("sources", "values"):
+        raise ValueError(f"show={show!r}: must be 'sources' or 'values'")
+    return "\n".join([header(step, plan), *_block(step, plan, show), _legend(step, plan, show)])
+
+
+def side_by_side_text(sim_step, real_step, plan, match: bool, show: str = "values") -> str:
+    """The simulated step (left) next to the real one (right), with the verdict in the header.
+
+    `match` comes from the engine (`simlab.sim.stepper.step_matches`); this only prints it.
+    Values are the default because that is what a real buffer can show.
+    """
+    left = ["simulated", *_block(sim_step, plan, show)]
+    right = ["real", *(_block(real_step, plan, show) if real_step is not None else ["(no such step)"])]
+    width = max(len(line) for line in left)
+    height = max(len(left), len(right))
+    left += [""] * (height - len(left))
+    right += [""] * (height - len(right))
+    body = [f"{a.ljust(width)}  │  {b}".rstrip() for a, b in zip(left, right)]
+    return "\n".join([f"{header(sim_step, plan)}  {MATCH[bool(match)]}", *body, _legend(sim_step, plan, show)])
+
+
+def _event_line(src: int, dst: int, chunk, nbytes: int, name: str = "", note: str = "") -> str:
+    what = f"chunk {chunk}" if chunk is not None else "buffer"
+    extra = "".join(f"  {x}" for x in (name, note) if x)
+    return f"r{src} -> r{dst}  {what}  ({nbytes} B){extra}"
+
+
+def _step_lines(events) -> list[str]:
+    """Pair each send with its receive; what has no partner is flagged, never hidden."""
+    recvs = Counter((e.peer, e.rank, e.chunk, e.nbytes) for e in events if e.kind == "recv")
+    rows = []  # (sort key, line): ranks sort as numbers, so r10 comes after r2
+    for e in events:
+        if e.kind == "send":
+            key = (e.rank, e.peer, e.chunk, e.nbytes)
+            note = "" if recvs[key] > 0 else "[no matching recv]"
+            recvs[key] -= 1
+            rows.append(((e.rank, e.peer, str(e.chunk)), _event_line(*key, e.name, note)))
+        elif e.kind != "recv":
+            rows.append(((e.rank, -1, e.name), f"r{e.rank} {e.kind} {e.name}".rstrip()))
+    for (src, dst, chunk, nbytes), left in recvs.items():
+        rows += [((src, dst, str(chunk)), _event_line(src, dst, chunk, nbytes, note="[recv only]"))] * max(left, 0)
+    return [line for _, line in sorted(rows)]
+
+
+def trace_table(trace, world_size: int) -> str:
+    """A Trace step by step, timing left out: the same text for a simulated and a real run."""
+    lines = [f"trace: {len(trace)} events on {world_size} ranks (timing left out)"]
+    for k in trace.steps():
+        events = sorted(trace.at_step(k), key=lambda e: e.key())  # real runs record in any order
+        lines.append(f"step {k}")
+        lines += ["  " + line for line in _step_lines(events)]
+    sent = trace.bytes_sent_per_rank(world_size)
+    lines.append("bytes sent: " + "  ".join(f"r{r} {b} B" for r, b in enumerate(sent)))
+    return "\n".join(lines)
+
+
+def bytes_table(per_rank, optimum: int | None = None) -> str:
+    """Bytes sent per rank, and how each compares with `optimum` (e.g. 2(n-1)/n · buffer)."""
+    rows = [["rank", "bytes sent"] + (["/ optimum"] if optimum else [])]
+    for r, b in enumerate(per_rank):
+        rows.append([f"r{r}", f"{b} B"] + ([f"{b / optimum:.2f}x"] if optimum else []))
+    rows.append(["total", f"{sum(per_rank)} B"] + ([""] if optimum else []))
+    lines = _align(rows)
+    if optimum is not None:
+        lines.append(f"optimum per rank: {optimum} B")
+    return "\n".join(lines)
+
+
+def _fmt(value) -> str:
+    if isinstance(value, float):
+        if value < 1e-3:
+            return f"{value * 1e6:.1f} µs"
+        return f"{value * 1e3:.2f} ms" if value < 1 else f"{value:.3f} s"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return str(value)
+
+
+def rows_table(rows: list[dict], columns: list[str] | None = None) -> str:
+    """A list of dicts as an aligned table; floats are seconds (µs, ms or s), ints get separators."""
+    columns = columns or list(rows[0]) if rows else []
+    return "\n".join(_align([columns] + [[_fmt(row[c]) for c in columns] for row in rows]))

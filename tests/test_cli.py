@@ -1,0 +1,88 @@
+"""The `simlab` command line: JSON contents, help, and one-line errors before anything starts."""
+import json
+import multiprocessing
+import subprocess
+import sys
+
+import pytest
+
+from simlab.cli import main
+
+
+def _run(*argv, check=True):
+    out = subprocess.run([sys.executable, "-m", "simlab", *argv], capture_output=True, text=True, timeout=300)
+    if check:
+        assert out.returncode == 0, out.stderr
+    return out
+
+
+def test_collective_json_has_the_closed_forms(capsys):
+    assert main(["collective", "ring-allreduce", "--ranks", "4", "--size", "1048576", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["steps"] == 6
+    assert out["bytes_sent_per_rank"] == [1572864] * 4 == [2 * 3 * 1048576 // 4] * 4
+    assert out["optimal_bytes_per_rank"] == 1572864
+    assert out["final_state_ok"] is True
+    assert out["cost"]["seconds"] == pytest.approx(6 * 10e-6 + 1572864 / 10e9)
+
+
+def test_collective_uneven_and_naive(capsys):
+    main(["collective", "naive-allreduce", "--ranks", "5", "--size", "40", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["steps"] == 2 and out["bytes_sent_per_rank"] == [160, 40, 40, 40, 40]
+    main(["collective", "ring-allreduce", "--ranks", "3", "--size", "40", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["chunk_sizes"] == [4, 3, 3] and sum(out["bytes_sent_per_rank"]) == 2 * 2 * 40
+    assert out["optimal_bytes_per_rank"] == 54  # ceil(2 * 2/3 * 40)
+
+
+def test_collective_show_steps_prints_tables(capsys):
+    main(["collective", "ring-all-gather", "--ranks", "3", "--size", "12", "--show-steps"])
+    text = capsys.readouterr().out
+    assert "step 2/2 of ring_all_gather" in text and "final_state_ok: True" in text
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["collective", "ring-allreduce", "--ranks", "0"], "--ranks=0: must be between 1 and 64"),
+    (["collective", "ring-allreduce", "--ranks", "65"], "--ranks=65"),
+    (["collective", "ring-allreduce", "--size", "-8"], "--size=-8: must be >= 1"),
+    (["collective", "ring-allreduce", "--size", "6"], "--size=6: must be a multiple of 4"),
+    (["collective", "ring-allreduce", "--bandwidth", "0"], "--bandwidth=0.0"),
+    (["collective", "ring-allgatherx"], "invalid choice: 'ring-allgatherx'"),
+    (["run", "allreduce", "--world-size", "0"], "--world-size=0"),
+    (["run", "allreduce", "--size", "-4"], "--size=-4"),
+    (["run", "allreduce", "--world-size", "2", "--backend", "nccl"], "--world-size=2: backend 'nccl' needs 2 GPUs"),
+    (["run", "allreduce", "--backend", "mpi"], "--backend='mpi'"),
+    (["run", "allreducex"], "invalid choice: 'allreducex'"),
+])
+def test_bad_arguments_get_one_line_naming_the_parameter(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2
+    assert message in err and err.count("\n") == 1, err
+    assert multiprocessing.active_children() == []  # rejected before any worker started
+
+
+@pytest.mark.parametrize("argv", [[], ["collective"], ["run"]])
+def test_every_command_has_help(argv):
+    out = _run(*argv, "--help")
+    assert "usage: simlab" in out.stdout and "--json" in out.stdout or argv == []
+
+
+def test_run_allreduce_json_on_real_processes():
+    out = json.loads(_run("run", "allreduce", "--world-size", "3", "--size", "4004", "--json").stdout)
+    assert out["backend"] == "gloo" and out["world_size"] == 3
+    assert out["max_abs_diff_vs_torch"] == 0.0 and out["matches_simulator"] is True
+    assert sum(out["bytes_sent_per_rank"]) == 2 * 2 * 4004
+
+
+def test_run_under_torchrun_prints_once():
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                          "-m", "simlab", "run", "allreduce", "--size", "64", "--json"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    assert result["world_size"] == 2 and result["matches_simulator"] is True
