@@ -1,0 +1,196 @@
+"""Timelines with two lanes per device: compute on top, communication below.
+
+Shows at a glance what `simlab.sim.data_parallel` computes. In DP, device 0's comm lane is busy
+(it sends the model, the inputs and the output gradients, and receives everything back) while the
+other devices wait. In DDP, the all-reduce bars slide under the backward bars: that part is hidden,
+and whatever sticks out after backward is exposed. Any `Trace` works, simulated (model seconds) or
+real (wall seconds); a real trace's "send"/"recv" events go to the comm lane.
+
+- `draw_lanes(trace, world_size)`: a matplotlib Figure, one Rectangle per event.
+- `draw_dp_vs_ddp(dp_result, ddp_result)`: the two strategies stacked on one time axis.
+- `lanes_text(trace, world_size)`: the same picture as fixed-width text, for nbval to compare.
+
+    >>> from simlab.trace import Event, Trace
+    >>> trace = Trace([Event(0, "compute", 0, name="fwd", start=0.0, end=0.002),
+    ...                Event(0, "comm", 1, name="all-reduce b0", nbytes=8, start=0.001, end=0.004),
+    ...                Event(1, "compute", 0, name="fwd", start=0.0, end=0.002)])
+    >>> print(lanes_text(trace, 2, width=16))
+    time 0 .. 4.00 ms, one column = 0.250 ms
+    r0 compute |FFFFFFFF........|
+    r0 comm    |....000000000000|
+    r1 compute |FFFFFFFF........|
+    r1 comm    |................|
+    F fwd  0-9 all-reduce bucket
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from .mpl import _new_ax, _time_unit
+from .text import _fmt
+
+# category -> (text symbol, colour, legend label); the category is found by `_category`
+STYLE = {
+    "fwd": ("F", "#4c72b0", "fwd"),
+    "bwd": ("B", "#55a868", "bwd"),
+    "loss": ("L", "#8172b2", "loss"),
+    "update": ("U", "#937860", "update"),
+    "scatter inputs": ("i", "#dd8452", "scatter inputs"),
+    "replicate": ("R", "#c44e52", "replicate model"),
+    "gather outputs": ("o", "#da8bc3", "gather outputs"),
+    "scatter grads": ("g", "#ccb974", "scatter output grads"),
+    "reduce grads": ("G", "#8c1c13", "reduce grads"),
+    "all-reduce": ("0-9", "#d62728", "all-reduce bucket"),  # text: the bucket number
+    "send": (">", "#ff7f0e", "send"),
+    "recv": ("<", "#1f77b4", "recv"),
+    "compute": ("#", "#2ca02c", "compute"),
+    "comm": ("=", "#7f7f7f", "comm"),
+}
+ALL_REDUCE_SHADES = ("#d62728", "#f08a8b")  # alternate, so neighbouring buckets stay apart
+LANES = ("compute", "comm")
+LANE_HEIGHT = 0.42  # each device's row is 1 high: two lanes and a small gap
+_BUCKET = re.compile(r"^all-reduce b(\d+)$")
+
+
+def lane_of(event) -> str:
+    """Compute events go on the upper lane; sends, receives and collectives on the lower one."""
+    return "compute" if event.kind == "compute" else "comm"
+
+
+def _category(event) -> str:
+    """'bwd L3' -> 'bwd', 'all-reduce b2' -> 'all-reduce'; unknown names fall back to the kind."""
+    for key in (event.name, event.name.split(" ")[0]):
+        if key in STYLE and key not in ("send", "recv", "compute", "comm"):
+            return key
+    return event.kind if event.kind in STYLE else lane_of(event)
+
+
+def _color(event) -> str:
+    match = _BUCKET.match(event.name)
+    if match:
+        return ALL_REDUCE_SHADES[int(match[1]) % 2]
+    return STYLE[_category(event)][1]
+
+
+def _symbol(event) -> str:
+    match = _BUCKET.match(event.name)
+    return match[1][-1] if match else STYLE[_category(event)][0]
+
+
+def _label(event, span: float) -> str | None:
+    """The event's name if the bar can hold it, else its last word ('bwd L3' -> 'L3'), else None.
+    At font size 7 about 120 characters fill the time axis of a 10-inch-wide figure."""
+    name = event.name or event.kind
+    for text in (name, name.split(" ")[-1]):
+        if (len(text) + 1) * span / 120 <= event.end - event.start:
+            return text
+    return None
+
+
+def _symbols(category: str) -> str:
+    return "0123456789" if category == "all-reduce" else STYLE[category][0]
+
+
+def _extent(trace, span):
+    """Start time and length of the drawing: the trace's own, unless `span` (seconds) is given."""
+    t0 = min((e.start for e in trace), default=0.0)
+    end = max((e.end for e in trace), default=0.0)
+    return t0, span if span else (end - t0 or 1.0)
+
+
+def draw_lanes(trace, world_size: int, ax=None, title: str | None = None, span: float | None = None):
+    """One row per device (device 0 on top): compute bars above, comm bars below; returns the Figure.
+    `span` fixes the time axis length in seconds, so several timelines can share it."""
+    from matplotlib.patches import Patch, Rectangle
+    ax = _new_ax(ax, (10, 0.7 + _row_inches(world_size) * world_size))
+    t0, span = _extent(trace, span)
+    scale, unit = _time_unit(span)
+    for e in sorted(trace, key=lambda e: (e.rank, e.start, e.end)):
+        lane = lane_of(e)
+        y = e.rank - 0.45 + (0 if lane == "compute" else LANE_HEIGHT + 0.06)
+        width = max(e.end - e.start, span * 0.002)  # an instant event still shows as a sliver
+        ax.add_patch(Rectangle(((e.start - t0) * scale, y), width * scale, LANE_HEIGHT,
+                               facecolor=_color(e), edgecolor="white", linewidth=0.6,
+                               gid=f"r{e.rank} {lane}"))
+        label = _label(e, span) if len(trace) <= 300 else None
+        if label:
+            ax.text((e.start - t0 + width / 2) * scale, y + LANE_HEIGHT / 2, label,
+                    ha="center", va="center", fontsize=7, color="white", clip_on=True)
+    centres = [r - 0.45 + LANE_HEIGHT / 2 + k * (LANE_HEIGHT + 0.06)
+               for r in range(world_size) for k in (0, 1)]
+    ax.set_yticks(centres, [f"r{r} {lane}" for r in range(world_size) for lane in LANES], fontsize=8)
+    for r in range(1, world_size):  # a thin rule between devices
+        ax.axhline(r - 0.5, color="#cccccc", linewidth=0.6)
+    ax.set_xlim(0, span * scale)
+    ax.set_ylim(world_size - 0.5, -0.5)  # device 0 on top, as in the tables
+    ax.set_xlabel(f"time ({unit})")
+    used = list(dict.fromkeys(_category(e) for e in sorted(trace, key=lambda e: e.start)))
+    ax.legend(handles=[Patch(color=STYLE[c][1], label=STYLE[c][2]) for c in used], fontsize=8,
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    if title:
+        ax.set_title(title, fontsize=10, loc="left")
+    return ax.figure
+
+
+def _row_inches(world_size: int) -> float:
+    """Height of one device's two lanes: roomy for a few devices, compact for many."""
+    return 0.75 if world_size <= 4 else 0.5
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"
+
+
+def draw_dp_vs_ddp(dp_result, ddp_result):
+    """DP above, DDP below, on one time axis: the longer bar is the slower step."""
+    from matplotlib.figure import Figure
+    n_dp, n_ddp = dp_result.workload.world_size, ddp_result.workload.world_size
+    rows = _row_inches(max(n_dp, n_ddp)) * (n_dp + n_ddp)
+    fig = Figure(figsize=(10, 1.6 + rows), layout="constrained")
+    ax_dp, ax_ddp = fig.subplots(2, 1, sharex=True, height_ratios=[n_dp, n_ddp])
+    span = max(dp_result.step_seconds, ddp_result.step_seconds) or 1.0
+    moved = [s + r for s, r in zip(dp_result.bytes_sent, dp_result.bytes_received)]
+    others = f", every other device {_mib(max(moved[1:]))}" if n_dp > 1 else ""
+    draw_lanes(dp_result.trace, n_dp, ax=ax_dp, span=span,
+               title=f"DP (nn.DataParallel): step {_fmt(dp_result.step_seconds)}; "
+                     f"device 0 moves {_mib(moved[0])}{others}")
+    draw_lanes(ddp_result.trace, n_ddp, ax=ax_ddp, span=span,
+               title=f"DDP: step {_fmt(ddp_result.step_seconds)}; all-reduce "
+                     f"{_fmt(ddp_result.comm_seconds)} in {len(ddp_result.buckets)} buckets: "
+                     f"{_fmt(ddp_result.hidden_seconds)} hidden behind backward, "
+                     f"{_fmt(ddp_result.exposed_seconds)} exposed")
+    ax_dp.set_xlabel("")
+    return fig
+
+
+def _cells(position: float) -> float:
+    """A time in columns, rounded so that float noise (35.9999999) cannot move a bar's edge."""
+    return round(position, 6)
+
+
+def lanes_text(trace, world_size: int, width: int = 72, span: float | None = None) -> str:
+    """An ASCII Gantt chart: two rows per device, `width` columns for the whole step.
+
+    Each event fills the columns it covers with its symbol (F fwd, B bwd, a digit for an
+    all-reduce bucket, ...); '.' is idle. No raw floats are printed, so the text is stable."""
+    t0, span = _extent(trace, span)
+    scale, unit = _time_unit(span)
+    header = f"time 0 .. {span * scale:.2f} {unit}, one column = {span * scale / width:.3f} {unit}"
+    lines, drawn = [header], set()
+    for r in range(world_size):
+        for lane in LANES:
+            row = ["."] * width
+            events = [e for e in trace if e.rank == r and lane_of(e) == lane]
+            for e in sorted(events, key=lambda e: (e.start, e.end)):  # a later event wins a shared column
+                first = min(width - 1, math.floor(_cells((e.start - t0) / span * width)))
+                last = max(first + 1, min(width, math.ceil(_cells((e.end - t0) / span * width))))
+                row[first:last] = _symbol(e) * (last - first)
+            drawn.update(row)
+            lines.append(f"r{r} {lane:<7} |{''.join(row)}|")
+    # the legend names only what is visible: a very short event may be covered by its neighbour
+    used = dict.fromkeys(c for c in map(_category, sorted(trace, key=lambda e: e.start))
+                         if drawn & set(_symbols(c)))
+    lines.append("  ".join(f"{STYLE[c][0]} {STYLE[c][2]}" for c in used))
+    return "\n".join(lines)

@@ -1,0 +1,67 @@
+"""DDP's gradient buckets: which gradients are all-reduced together, and when each bucket may go.
+
+Backward produces gradients from the last layer to the first, so DDP walks the parameters in
+*reverse* order and packs them into buckets of at most `cap_bytes`: the first bucket fills up early
+in backward, and its all-reduce overlaps with the rest of backward. A bucket is launched as soon as
+its last gradient is ready — but, as in torch's DDP, strictly in bucket order, so every rank issues
+the same all-reduces in the same order (the ranks' collectives would mismatch otherwise).
+
+The simulator and the real executor (`simlab.exec.ddp`) use these very functions.
+
+    >>> assign_buckets([400, 400, 400, 400, 2000], cap_bytes=1000)  # param 4 is the last layer
+    [[4], [3, 2], [1, 0]]
+"""
+from __future__ import annotations
+
+from .._checks import check_int
+
+
+def assign_buckets(param_nbytes: list[int], cap_bytes: int) -> list[list[int]]:
+    """Parameter indices per bucket, filled in reverse order; a bucket never exceeds `cap_bytes`
+    unless a single parameter is larger than the cap, which then gets a bucket of its own."""
+    check_int("cap_bytes", cap_bytes, 1)
+    buckets, current, used = [], [], 0
+    for index in reversed(range(len(param_nbytes))):
+        size = check_int(f"param_nbytes[{index}]", param_nbytes[index], 0)
+        if current and used + size > cap_bytes:
+            buckets.append(current)
+            current, used = [], 0
+        current.append(index)
+        used += size
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+class BucketReadiness:
+    """Tracks gradients as backward produces them; says which buckets may start their all-reduce.
+
+    >>> ready = BucketReadiness([[4], [3, 2], [1, 0]])
+    >>> ready.mark_ready(2), ready.mark_ready(4), ready.mark_ready(3)  # bucket 1 waits for bucket 0
+    ([], [0], [1])
+    """
+
+    def __init__(self, buckets: list[list[int]]):
+        self.buckets = buckets
+        self.bucket_of = {p: b for b, params in enumerate(buckets) for p in params}
+        self.reset()
+
+    def reset(self) -> None:
+        """Call at the start of every backward."""
+        self.pending = [len(params) for params in self.buckets]
+        self.launched = 0  # buckets [0, launched) have started their all-reduce
+
+    def mark_ready(self, param_index: int) -> list[int]:
+        """Record that a gradient is ready; return the buckets that may now be launched, in order."""
+        bucket = self.bucket_of[param_index]
+        if self.pending[bucket] == 0:
+            raise ValueError(f"param_index={param_index}: its gradient was already marked ready")
+        self.pending[bucket] -= 1
+        start = self.launched
+        while self.launched < len(self.buckets) and self.pending[self.launched] == 0:
+            self.launched += 1
+        return list(range(start, self.launched))
+
+    @property
+    def done(self) -> bool:
+        return self.launched == len(self.buckets)

@@ -1,0 +1,250 @@
+"""Data parallelism, one training step at a time: DP (`nn.DataParallel`) versus DDP on N devices.
+
+Teaches:
+- **DP** is one process driving N devices with threads: one machine only, and the threads share
+  Python's GIL (left out of this model). Every step device 0 scatters the inputs, copies the whole
+  model to every other device, gathers the outputs, computes the loss, scatters the output gradients
+  and sums every gradient back: device 0 moves (N-1)× what any other device moves.
+- **DDP** runs one process per device (no shared GIL). Each rank keeps its own copy of the model,
+  so the only exchange is one all-reduce of the gradients. It is cut into buckets that start while
+  backward is still running, so part of the communication is *hidden* behind compute.
+- DDP is usually faster, but not always. Each bucket's ring all-reduce pays 2(N-1) latencies, so
+  a high-latency link with many small buckets lets DP win. On a slow link, overlap cannot hide the
+  all-reduce: most of it is *exposed*.
+
+Times come from the α-β model of `simlab.sim.cost`; a step is a `Trace` the renderers draw.
+
+    >>> w = workload_from_layers([1 << 20] * 4, world_size=4)   # 4 Mi params = 16 MiB
+    >>> dp, ddp = simulate_dp(w), simulate_ddp(w)
+    >>> dp.bytes_sent[0] == 3 * dp.bytes_received[1]   # device 0 feeds the 3 others
+    True
+    >>> ddp.bytes_sent == (24 << 20,) * 4               # 2(N-1)/N · 16 MiB on every rank
+    True
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from .._checks import check_int, check_positive, check_ranks
+from ..plan import Transfer
+from ..trace import Event, Trace
+from .buckets import BucketReadiness, assign_buckets
+from .collectives import ring_all_reduce
+from .cost import DEFAULT_ALPHA, DEFAULT_BANDWIDTH, busiest_link_bytes, ring_all_reduce_seconds
+
+MIB = 1 << 20
+DEFAULT_LAYERS = (1 * MIB, 4 * MIB, 4 * MIB, 4 * MIB, 1 * MIB)  # params per layer: 56 MiB in fp32
+DEFAULT_FLOPS = 50e12  # flop/s one device sustains
+UPDATE_SECONDS_PER_PARAM = 1e-11  # the optimizer is memory-bound: ~32 B per param at ~3 TB/s
+LOSS_SECONDS_PER_BYTE = 1e-12  # the loss reads the outputs once, at ~1 TB/s
+
+
+def _check_seconds(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{name}={value!r}: must be a number of seconds >= 0")
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """One training step: the model (parameters and compute per layer), the batch and the network."""
+
+    layer_params: tuple  # parameters per layer, first layer first
+    fwd_seconds: tuple  # forward compute per layer, per sample
+    bwd_seconds: tuple  # backward compute per layer, per sample
+    world_size: int = 4
+    global_batch: int = 64  # split evenly: each device gets global_batch / world_size samples
+    input_bytes: int = 2048  # per sample
+    output_bytes: int = 256 * 1024  # per sample: the model's output, and later its gradient
+    bytes_per_param: int = 4
+    loss_seconds: float = 0.0  # per sample
+    update_seconds: float = 0.0  # one optimizer step over the whole model
+    alpha: float = DEFAULT_ALPHA
+    bandwidth: float = DEFAULT_BANDWIDTH  # bytes/s per link
+    bucket_cap_mb: float = 25.0  # torch DDP's default
+
+    def __post_init__(self):
+        for name in ("layer_params", "fwd_seconds", "bwd_seconds"):  # frozen: lists become tuples here
+            object.__setattr__(self, name, tuple(getattr(self, name)))
+            values = getattr(self, name)
+            if not values or len(values) != len(self.layer_params):
+                raise ValueError(f"{name}={values!r}: need one entry per layer, and at least one layer")
+            for i, v in enumerate(values):
+                if name == "layer_params":
+                    check_int(f"{name}[{i}]", v, 1)
+                else:
+                    _check_seconds(f"{name}[{i}]", v)
+        check_ranks("world_size", self.world_size)
+        check_int("global_batch", self.global_batch, 1)
+        if self.global_batch % self.world_size:
+            raise ValueError(f"global_batch={self.global_batch}: must be divisible by "
+                             f"world_size={self.world_size}")
+        for name in ("input_bytes", "output_bytes", "bytes_per_param"):
+            check_int(name, getattr(self, name), 1 if name == "bytes_per_param" else 0)
+        for name in ("loss_seconds", "update_seconds", "alpha"):
+            _check_seconds(name, getattr(self, name))
+        check_positive("bandwidth", self.bandwidth)
+        check_positive("bucket_cap_mb", self.bucket_cap_mb)
+
+    @property
+    def micro_batch(self) -> int:
+        return self.global_batch // self.world_size
+
+    @property
+    def param_bytes(self) -> list[int]:
+        return [p * self.bytes_per_param for p in self.layer_params]
+
+    @property
+    def model_bytes(self) -> int:
+        return sum(self.param_bytes)
+
+    def replace(self, **changes) -> "Workload":
+        return dataclasses.replace(self, **changes)
+
+
+def workload_from_layers(layer_params=DEFAULT_LAYERS, *, tokens_per_sample: int = 512,
+                         flops_per_second: float = DEFAULT_FLOPS, **fields) -> Workload:
+    """A Workload whose compute follows the parameters: forward 2·params·tokens flop per sample,
+    backward twice that. So scaling `layer_params` is the one "model size" knob."""
+    check_int("tokens_per_sample", tokens_per_sample, 1)
+    check_positive("flops_per_second", flops_per_second)
+    fwd = [2 * p * tokens_per_sample / flops_per_second for p in layer_params]
+    loss_per_sample = fields.get("output_bytes", Workload.output_bytes) * LOSS_SECONDS_PER_BYTE
+    fields.setdefault("loss_seconds", loss_per_sample)
+    fields.setdefault("update_seconds", sum(layer_params) * UPDATE_SECONDS_PER_PARAM)
+    return Workload(tuple(layer_params), tuple(fwd), tuple(2 * f for f in fwd), **fields)
+
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """One thing that happens in a step, on one or more devices (per-device bytes and timing)."""
+
+    name: str
+    kind: str  # "compute" | "comm"
+    start: float
+    end: float
+    bytes_sent: tuple  # per device
+    bytes_received: tuple
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StepResult:
+    strategy: str  # "dp" | "ddp"
+    workload: Workload
+    trace: Trace  # Events: kind "compute" or "comm", times in model seconds, rank = device
+    phases: tuple  # Phase, sorted by start: step through them one by one
+    bytes_sent: tuple  # per device, over the whole step
+    bytes_received: tuple
+    compute_seconds: tuple  # per device
+    step_seconds: float
+    comm_seconds: float  # time spent communicating (DP: device 0's link; DDP: the comm lane)
+    hidden_seconds: float  # communication that ran while backward was still computing
+    exposed_seconds: float  # communication nothing overlapped: the step waited for it
+    buckets: tuple = ()  # DDP: parameter (layer) indices per bucket, in launch order
+
+
+class _Recorder:
+    """Collects phases and their per-device events; at the end, sorts the phases by start and sets
+    each Event's `step` to its phase's index."""
+
+    def __init__(self, w: Workload):
+        self.w, self.n, self.items = w, w.world_size, []
+
+    def compute(self, name: str, start: float, seconds: dict) -> float:
+        """Devices in `seconds` (device -> seconds) compute from `start`; returns when all are done."""
+        events = [Event(r, "compute", 0, name=name, start=start, end=start + s)
+                  for r, s in seconds.items()]
+        end = start + max(seconds.values())
+        self.items.append((Phase(name, "compute", start, end, (0,) * self.n, (0,) * self.n), events))
+        return end
+
+    def comm(self, name: str, start: float, seconds: float, sent, recv, hub: int | None) -> float:
+        """A transfer phase; an Event's nbytes is its device's busier direction (what sets the time)."""
+        end, moved = start + seconds, [max(s, v) for s, v in zip(sent, recv)]
+        events = [Event(r, "comm", 0, peer=None if r == hub else hub, nbytes=b, name=name, start=start,
+                        end=end) for r, b in enumerate(moved) if b]
+        if events:  # a lone device has nothing to send
+            self.items.append((Phase(name, "comm", start, end, tuple(sent), tuple(recv)), events))
+        return end
+
+    def result(self, strategy: str, hidden: float = 0.0, buckets=()) -> StepResult:
+        self.items.sort(key=lambda item: (item[0].start, item[0].kind != "compute"))
+        trace = Trace(dataclasses.replace(e, step=k) for k, (_, evs) in enumerate(self.items) for e in evs)
+        phases, ranks = tuple(phase for phase, _ in self.items), range(self.n)
+        sent = tuple(sum(p.bytes_sent[r] for p in phases) for r in ranks)
+        recv = tuple(sum(p.bytes_received[r] for p in phases) for r in ranks)
+        compute = tuple(sum(e.end - e.start for e in trace.for_rank(r) if e.kind == "compute")
+                        for r in ranks)
+        comm = sum(p.seconds for p in phases if p.kind == "comm")
+        step = max((e.end for e in trace), default=0.0)
+        return StepResult(strategy, self.w, trace, phases, sent, recv, compute, step, comm, hidden,
+                          comm - hidden, tuple(tuple(b) for b in buckets))
+
+
+def _hub(rec: _Recorder, name: str, start: float, piece: int, to_hub: bool) -> float:
+    """Device 0 sends `piece` bytes to (or gets them from) every other device, all at once.
+    The α-β busiest-link rule: device 0's link carries N-1 pieces, so it sets the time."""
+    w, op = rec.w, "reduce" if name == "reduce grads" else "copy"
+    transfers = [Transfer(0, r, 0, 0, piece, op) if to_hub else Transfer(0, 0, r, 0, piece)
+                 for r in range(1, w.world_size)]
+    sent = [sum(t.nbytes for t in transfers if t.src == r) for r in range(w.world_size)]
+    recv = [sum(t.nbytes for t in transfers if t.dst == r) for r in range(w.world_size)]
+    seconds = w.alpha + busiest_link_bytes(transfers, w.world_size) / w.bandwidth if transfers else 0.0
+    return rec.comm(name, start, seconds, sent, recv, hub=0)
+
+
+def simulate_dp(w: Workload) -> StepResult:
+    """One step of `nn.DataParallel`: nine phases in a row, every transfer through device 0."""
+    rec, m, everyone = _Recorder(w), w.micro_batch, range(w.world_size)
+    t = _hub(rec, "scatter inputs", 0.0, m * w.input_bytes, to_hub=False)
+    t = _hub(rec, "replicate", t, w.model_bytes, to_hub=False)  # every step: only device 0 updates
+    t = rec.compute("fwd", t, {r: m * sum(w.fwd_seconds) for r in everyone})
+    t = _hub(rec, "gather outputs", t, m * w.output_bytes, to_hub=True)
+    t = rec.compute("loss", t, {0: w.global_batch * w.loss_seconds})  # the whole batch, on device 0
+    t = _hub(rec, "scatter grads", t, m * w.output_bytes, to_hub=False)
+    t = rec.compute("bwd", t, {r: m * sum(w.bwd_seconds) for r in everyone})
+    t = _hub(rec, "reduce grads", t, w.model_bytes, to_hub=True)
+    t = rec.compute("update", t, {0: w.update_seconds})  # only device 0 holds the real model
+    return rec.result("dp")  # nothing overlaps: every transfer waits for the phase before it
+
+
+def simulate_ddp(w: Workload) -> StepResult:
+    """One DDP step: forward, backward from the last layer with bucketed all-reduces under it, update."""
+    rec, m, n = _Recorder(w), w.micro_batch, w.world_size
+    everyone = range(n)  # every rank does the same work on its own samples
+    t = rec.compute("fwd", 0.0, {r: m * sum(w.fwd_seconds) for r in everyone})
+    t = rec.compute("loss", t, {r: m * w.loss_seconds for r in everyone})  # each rank, its own samples
+    buckets = assign_buckets(w.param_bytes, max(1, int(w.bucket_cap_mb * MIB)))
+    readiness, ready_at = BucketReadiness(buckets), [0.0] * len(buckets)
+    for layer in reversed(range(len(w.layer_params))):  # gradients appear from the last layer
+        t = rec.compute(f"bwd L{layer}", t, {r: m * w.bwd_seconds[layer] for r in everyone})
+        for b in readiness.mark_ready(layer):  # in bucket order, as every rank must agree
+            ready_at[b] = t
+    bwd_end, lane, hidden = t, 0.0, 0.0
+    for b, params in enumerate(buckets):
+        nbytes = sum(w.param_bytes[p] for p in params)
+        plan = ring_all_reduce(n, nbytes // w.bytes_per_param, itemsize=w.bytes_per_param)
+        seconds = ring_all_reduce_seconds(n, nbytes, w.alpha, w.bandwidth)
+        start = max(ready_at[b], lane)  # one all-reduce at a time on the comm lane
+        lane = rec.comm(f"all-reduce b{b}", start, seconds, plan.bytes_sent_per_rank(),
+                        plan.bytes_received_per_rank(), hub=None)
+        hidden += max(0.0, min(lane, bwd_end) - start)  # the part that ran during backward
+    rec.compute("update", max(bwd_end, lane), {r: w.update_seconds for r in everyone})
+    return rec.result("ddp", hidden, buckets)
+
+
+def compare(w: Workload) -> dict:
+    """The numbers a lesson widget shows: step times, device 0's traffic, DDP's overlap."""
+    dp, ddp = simulate_dp(w), simulate_ddp(w)
+    moved = [s + r for s, r in zip(dp.bytes_sent, dp.bytes_received)]
+    return {"world_size": w.world_size, "model_bytes": w.model_bytes,
+            "dp_step_seconds": dp.step_seconds, "ddp_step_seconds": ddp.step_seconds,
+            "speedup": dp.step_seconds / ddp.step_seconds if ddp.step_seconds else 1.0,
+            "faster": "DDP" if ddp.step_seconds < dp.step_seconds else "DP",
+            "dp_device0_bytes": moved[0], "dp_max_other_bytes": max(moved[1:], default=0),
+            "ddp_max_rank_bytes": max(s + r for s, r in zip(ddp.bytes_sent, ddp.bytes_received)),
+            "ddp_buckets": len(ddp.buckets), "ddp_comm_seconds": ddp.comm_seconds,
+            "ddp_hidden_seconds": ddp.hidden_seconds, "ddp_exposed_seconds": ddp.exposed_seconds}
