@@ -68,7 +68,7 @@ def cmd_collective(args) -> dict:
 
 
 def cmd_run(args) -> dict:
-    from .exec.collectives import run_collective
+    from .exec.compare import run_collective
     from .exec.launch import resolve_backend
 
     if args.world_size is None:  # under torchrun, default to its world size

@@ -1,0 +1,94 @@
+"""Check a real run against torch's own collective and against the simulator, step by step.
+
+`run_collective` launches workers on the simulator's integer inputs, runs our collective and torch's
+on each rank, and rebuilds the simulator's view of every step from what the ranks recorded:
+
+    >>> res = run_collective("ring-allreduce", world_size=4, numel=10, snapshots=True)
+    >>> res["matches_simulator"], res["max_abs_diff_vs_torch"], res["bytes_sent_per_rank"]
+    (True, 0.0, [56, 60, 64, 60])
+"""
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from .._checks import check_choice, check_int, check_ranks
+from ..plan import CollectivePlan, Transfer, split_sizes
+from ..sim import collectives as plans
+from ..sim.stepper import SimStep, simulate, steps_match
+from ..trace import merge
+from .collectives import (Recorder, _plan, naive_all_reduce, ring_all_gather, ring_all_reduce,
+                          ring_reduce_scatter, tree_broadcast)
+
+
+# ---- in the parent: rebuild the simulator's view from what the ranks recorded -----------------
+
+def real_steps(plan: CollectivePlan, per_rank_records) -> list[SimStep]:
+    """`SimStep`s from real runs (one `Recorder` per rank), comparable with `steps_match`."""
+    ops = {(t.step, t.src, t.dst, t.chunk): t.op for t in plan.transfers()}  # a wire carries no op
+    n, nchunks = plan.world_size, len(plan.chunk_sizes)
+    events = [e for rec in per_rank_records for e in rec.events]
+    def upto(kind, k):  # cumulative bytes per rank over steps 0..k-1
+        return tuple(sum(e.nbytes for e in events if e.kind == kind and e.rank == r and e.step < k)
+                     for r in range(n))
+    out = []
+    for k in range(plan.num_steps + 1):
+        transfers = tuple(Transfer(k - 1, e.rank, e.peer, e.chunk, e.nbytes,
+                                   ops.get((k - 1, e.rank, e.peer, e.chunk), "copy"))
+                          for e in events if e.kind == "send" and e.step == k - 1)
+        values = tuple(rec.values[k] if k < len(rec.values) else (None,) * nchunks for rec in per_rank_records)
+        out.append(SimStep(k, transfers, values, ((None,) * nchunks,) * n, upto("send", k), upto("recv", k)))
+    return out
+
+
+# ---- one whole run for lessons and the CLI: ours vs torch's vs the simulator -------------------
+
+def run_collective(name: str, world_size: int, numel: int, backend: str = "auto", seed: int = 0,
+                   snapshots: bool = False, timeout: float = 60.0) -> dict:
+    """Launch `world_size` workers on `make_inputs(world_size, numel, seed)` and check everything."""
+    check_choice("collective", name, tuple(plans.PLANS))
+    plan = _plan(name, check_ranks("world_size", world_size), check_int("numel", numel, 1), 4)
+    check_int("seed", seed, 0)
+    from .launch import launch  # here, so importing this module starts and loads nothing extra
+    ranks = launch(_worker, world_size, name, numel, seed, snapshots, backend=backend, timeout=timeout)
+    recorders = [r["recorder"] for r in ranks]
+    sim = simulate(plan, plans.make_inputs(world_size, numel, seed))
+    trace, steps = merge(rec.events for rec in recorders), real_steps(plan, recorders)
+    return {"name": name, "backend": ranks[0]["backend"], "world_size": world_size, "numel": numel,
+            "plan": plan, "sim": sim, "trace": trace, "steps": steps, "per_rank": ranks,
+            "max_abs_diff_vs_torch": max(r["max_abs_diff"] for r in ranks),
+            "bytes_sent_per_rank": [rec.bytes_sent for rec in recorders],
+            "matches_simulator": trace.signature() == sim.trace.signature()
+                                 and (not snapshots or all(steps_match(sim.steps, steps)))}
+
+
+def _worker(rank: int, world_size: int, name: str, numel: int, seed: int, snapshots: bool) -> dict:
+    from .launch import device
+    # small integers in float32: every sum is exact, so ours and torch's must agree to the bit
+    x = torch.tensor(plans.make_inputs(world_size, numel, seed)[rank], dtype=torch.float32, device=device())
+    recorder = Recorder(snapshots)
+    ours, theirs = _ours_and_torchs(name, x, recorder)
+    diff = (ours - theirs).abs().max().item() if ours.numel() else 0.0
+    return {"recorder": recorder, "max_abs_diff": diff, "backend": dist.get_backend()}
+
+
+def _ours_and_torchs(name: str, x: torch.Tensor, recorder: Recorder) -> tuple:
+    """Our collective and torch's own on the same input `x` (numel,)."""
+    sizes, rank = split_sizes(x.numel(), dist.get_world_size()), dist.get_rank()
+    if name == "ring-reduce-scatter":
+        ours, theirs = x.new_empty(sizes[rank]), x.new_empty(sizes[rank])  # (chunk r,)
+        ring_reduce_scatter(ours, x, recorder)
+        dist.reduce_scatter(theirs, list(x.split(sizes)))  # the list form accepts uneven chunks
+    elif name == "ring-all-gather":
+        ours, mine = torch.empty_like(x), x.split(sizes)[rank]  # rank r brings its chunk r
+        ring_all_gather(ours, mine, recorder)
+        padded = [x.new_zeros(max(sizes)) for _ in sizes]  # gloo gathers equal sizes only: pad, trim
+        padded[rank][:sizes[rank]] = mine
+        dist.all_gather(padded, padded[rank].clone())
+        theirs = torch.cat([p[:s] for p, s in zip(padded, sizes)])
+    else:
+        ours, theirs = x.clone(), x.clone()
+        {"ring-allreduce": ring_all_reduce, "naive-allreduce": naive_all_reduce,
+         "broadcast": tree_broadcast}[name](ours, recorder=recorder)
+        dist.broadcast(theirs, src=0) if name == "broadcast" else dist.all_reduce(theirs)
+    return ours, theirs

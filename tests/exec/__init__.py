@@ -1,0 +1,1 @@
+"""Tests of the real executor (torch.distributed on gloo)."""
