@@ -7,7 +7,7 @@ TORCH_CPU ?= torch==2.13.0
 TORCH_GPU ?= torch>=2.4
 NBVAL_PATHS := notebooks solutions
 
-.PHONY: setup lab test test-fast bench exercises clean
+.PHONY: setup lab test test-fast bench exercises notebooks clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,9 +31,13 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python benchmarks/collectives.py
+	$(BIN)/python benchmarks/data_parallel.py
 
 exercises: setup
 	$(BIN)/python tools/make_exercises.py
+
+notebooks: setup
+	$(BIN)/python tools/run_notebooks.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -11,12 +11,10 @@ def _name(requirement: str) -> str:
 
 
 def _environment_yml_deps() -> set[str]:
-    deps = set()
-    for line in (ROOT / "environment.yml").read_text().splitlines():
-        m = re.match(r"^\s+- (?!pip:)(.+)$", line)
-        if m and not m.group(1).startswith(("-e", "python", "pip")) or (m and m.group(1).startswith("pip>")):
-            deps.add(_name(m.group(1)))
-    return deps
+    """Package names under `dependencies:` (conda and pip alike), minus python, pip and the package itself."""
+    text = (ROOT / "environment.yml").read_text().split("dependencies:", 1)[1]
+    names = {_name(m) for m in re.findall(r"^\s+- ([^\s#][^#\n]*?)\s*$", text, re.M) if m != "pip:"}
+    return names - {"python", "pip", "-e"}
 
 
 def test_environment_yml_lists_the_same_dependencies_as_pyproject():

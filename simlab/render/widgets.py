@@ -73,7 +73,7 @@ def verdict_html(k: int, verdicts) -> str:
             f"&nbsp;&nbsp;{sum(map(bool, verdicts))}/{len(verdicts)} steps match")
 
 
-def _png(fig) -> bytes:
+def figure_png(fig) -> bytes:
     import io
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")  # keep legends below the axes
@@ -107,7 +107,7 @@ def step_player(sim_steps, plan, real_steps=None, verdicts=None, mode: str = "te
             text = player_frame(k, sim_steps, plan, real_steps, verdicts)
             view.value = f"<pre style='line-height:1.25'>{html.escape(text)}</pre>"
         else:
-            view.value = _png(player_figure(k, sim_steps, plan, real_steps, verdicts))
+            view.value = figure_png(player_figure(k, sim_steps, plan, real_steps, verdicts))
 
     slider.observe(lambda change: show(change["new"]), names="value")
     show(0)

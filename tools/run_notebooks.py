@@ -1,0 +1,38 @@
+"""Re-run lessons and solutions in place so their stored outputs (what nbval compares) are current.
+
+    python tools/run_notebooks.py [paths…]     # default: notebooks/*.ipynb solutions/*.ipynb
+
+Saved widget state is dropped (it holds a PNG per player and changes every run); the widgets come
+back when the cell is run. Then exercises/ is regenerated from solutions/.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import make_exercises  # noqa: E402
+
+
+def run(path: Path) -> None:
+    nb = nbformat.read(path, as_version=4)
+    NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
+    nb.metadata.pop("widgets", None)
+    nbformat.write(nb, path)
+    print(f"ran {path.relative_to(ROOT)}")
+
+
+def main(argv: list[str]) -> int:
+    paths = [Path(p).resolve() for p in argv] or sorted((ROOT / "notebooks").glob("*.ipynb")) + \
+        sorted((ROOT / "solutions").glob("*.ipynb"))
+    for path in paths:
+        run(path)
+    return make_exercises.main([])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
