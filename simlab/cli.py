@@ -2,6 +2,7 @@
 
     simlab collective ring-allreduce --ranks 4 --size 1048576 --json   # simulate a plan
     simlab run allreduce --world-size 4 --json                         # run it on real processes
+    simlab run ddp --world-size 4 --json                               # train: ours vs torch vs 1 process
 
 Every subcommand takes --json. Bad arguments are rejected with one line naming the parameter,
 before any process starts.
@@ -17,6 +18,7 @@ from . import _checks
 from .sim.collectives import PLANS
 
 DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
+STRATEGIES = ("dp", "ddp")  # `simlab run dp|ddp` trains; the other names run one collective
 RUN_NAMES = {"allreduce": "ring-allreduce", "allgather": "ring-all-gather",
              "reducescatter": "ring-reduce-scatter", "broadcast": "broadcast",
              "naive-allreduce": "naive-allreduce"}
@@ -68,12 +70,14 @@ def cmd_collective(args) -> dict:
 
 
 def cmd_run(args) -> dict:
-    from .exec.compare import run_collective
-    from .exec.launch import resolve_backend
-
     if args.world_size is None:  # under torchrun, default to its world size
         args.world_size = int(os.environ.get("WORLD_SIZE", 4))
     _checks.check_int("--world-size", args.world_size, 1)
+    if args.collective in STRATEGIES:
+        return cmd_train(args)
+    from .exec.compare import run_collective
+    from .exec.launch import resolve_backend
+
     numel = _numel(args.size, "float32")
     _checks.check_positive("--timeout", args.timeout)
     try:
@@ -85,6 +89,31 @@ def cmd_run(args) -> dict:
     out = {"collective": args.collective, "backend": res["backend"], "world_size": res["world_size"],
            "size_bytes": numel * 4, "max_abs_diff_vs_torch": res["max_abs_diff_vs_torch"],
            "bytes_sent_per_rank": res["bytes_sent_per_rank"], "matches_simulator": res["matches_simulator"]}
+    if not args.json and _is_printing_rank():
+        print(_summary(out))
+    return out
+
+
+def cmd_train(args) -> dict:
+    """`simlab run dp|ddp`: train a few steps, compare with one process (and torch's DDP)."""
+    _checks.check_int("--steps", args.steps, 1)
+    _checks.check_int("--global-batch", args.global_batch, 1)
+    if args.global_batch % args.world_size:
+        raise ValueError(f"--global-batch={args.global_batch}: must be divisible by --world-size={args.world_size}")
+    _checks.check_positive("--bucket-cap-mb", args.bucket_cap_mb)
+    if args.collective == "dp":
+        from .exec.dp import run_dp
+        res = run_dp(args.world_size, steps=args.steps, global_batch=args.global_batch, seed=args.seed)
+    else:
+        from .exec.ddp_parity import run_ddp
+        from .exec.launch import resolve_backend
+        backend = resolve_backend(args.backend, args.world_size)
+        res = run_ddp(args.world_size, steps=args.steps, global_batch=args.global_batch, seed=args.seed,
+                      bucket_cap_mb=args.bucket_cap_mb, backend=backend, timeout=args.timeout)
+    keys = ["backend", "world_size", "losses", "reference_losses", "max_abs_diff_vs_reference",
+            "bytes_sent_per_rank", "max_abs_diff_vs_torch_ddp", "optimal_bytes_per_rank", "buckets",
+            "hidden_seconds", "exposed_seconds"]
+    out = {"strategy": args.collective, **{k: res[k] for k in keys if k in res}}
     if not args.json and _is_printing_rank():
         print(_summary(out))
     return out
@@ -113,14 +142,19 @@ def build_parser() -> argparse.ArgumentParser:
     col.add_argument("--show-steps", action="store_true", help="print every step as a table")
     col.add_argument("--json", action="store_true", help="print one JSON object")
     col.set_defaults(func=cmd_collective)
-    run = sub.add_parser("run", help="run a collective on real processes and compare with torch")
-    run.add_argument("collective", choices=sorted(RUN_NAMES), help="which collective")
+    run = sub.add_parser("run", help="run a collective or a data-parallel strategy on real processes")
+    run.add_argument("collective", metavar="what", choices=sorted(RUN_NAMES) + list(STRATEGIES),
+                     help=f"a collective ({', '.join(sorted(RUN_NAMES))}) or a strategy (dp, ddp)")
     run.add_argument("--world-size", type=int, default=None,
                      help="number of processes (default: $WORLD_SIZE under torchrun, else 4)")
     run.add_argument("--size", type=int, default=1 << 20, help="buffer size in bytes, float32 (default 1 MiB)")
     run.add_argument("--backend", default="auto", help="auto | gloo | nccl (default auto)")
     run.add_argument("--timeout", type=float, default=120.0, help="seconds before workers are killed")
-    run.add_argument("--seed", type=int, default=0, help="seed of the integer inputs")
+    run.add_argument("--seed", type=int, default=0, help="seed of the inputs (and of the model for dp/ddp)")
+    run.add_argument("--steps", type=int, default=5, help="dp/ddp: optimizer steps (default 5)")
+    run.add_argument("--global-batch", type=int, default=16, help="dp/ddp: samples per step, all ranks (default 16)")
+    run.add_argument("--bucket-cap-mb", type=float, default=0.004,
+                     help="ddp: bucket size cap in MB (default 0.004: several buckets on the tiny model)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.set_defaults(func=cmd_run)
     return parser

@@ -86,3 +86,36 @@ def test_run_under_torchrun_prints_once():
     assert len(lines) == 1
     result = json.loads(lines[0])
     assert result["world_size"] == 2 and result["matches_simulator"] is True
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["run", "ddp", "--world-size", "3"], "--global-batch=16: must be divisible by --world-size=3"),
+    (["run", "dp", "--world-size", "4", "--global-batch", "10"], "--global-batch=10"),
+    (["run", "ddp", "--bucket-cap-mb", "0"], "--bucket-cap-mb=0.0: must be a positive number"),
+    (["run", "ddp", "--bucket-cap-mb", "-1"], "--bucket-cap-mb=-1.0"),
+    (["run", "ddp", "--steps", "0"], "--steps=0"),
+    (["run", "zero3"], "invalid choice: 'zero3'"),
+])
+def test_bad_training_arguments_are_rejected_before_starting(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert multiprocessing.active_children() == []
+
+
+def test_run_ddp_json_matches_reference_and_torch():
+    out = json.loads(_run("run", "ddp", "--world-size", "4", "--json").stdout)
+    for key in ("max_abs_diff_vs_reference", "losses", "reference_losses", "bytes_sent_per_rank",
+                "max_abs_diff_vs_torch_ddp"):
+        assert key in out
+    assert out["max_abs_diff_vs_reference"] <= 1e-5 and out["max_abs_diff_vs_torch_ddp"] <= 1e-5
+    assert out["losses"] == pytest.approx(out["reference_losses"], abs=1e-5)
+    assert out["bytes_sent_per_rank"] == out["optimal_bytes_per_rank"]
+
+
+def test_run_dp_json_matches_reference():
+    out = json.loads(_run("run", "dp", "--world-size", "2", "--json").stdout)
+    assert out["max_abs_diff_vs_reference"] <= 1e-5 and len(out["losses"]) == 5
+    assert out["losses"] == pytest.approx(out["reference_losses"], abs=1e-5)
+    assert len(out["bytes_sent_per_rank"]) == 2

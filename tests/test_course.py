@@ -82,3 +82,26 @@ def test_grader_lets_the_stub_error_through():
         raise NotImplementedError("exercise")
     with pytest.raises(NotImplementedError):
         check_ring_all_gather(stub)
+
+
+def test_bucketing_grader_accepts_the_reference_and_rejects_mistakes(capsys):
+    from simlab.grading import check_bucketing
+    from simlab.sim.buckets import BucketReadiness, assign_buckets
+
+    check_bucketing(assign_buckets, BucketReadiness)
+    assert capsys.readouterr().out.startswith("DDP bucketing: ✓ 20 model/cap cases")
+
+    def forward_order(sizes, cap):  # fills from the first layer: wrong for backward
+        return [list(reversed(b)) for b in reversed(assign_buckets(list(reversed(sizes)), cap))]
+
+    class Eager(BucketReadiness):  # launches a ready bucket even if an earlier one is still waiting
+        def mark_ready(self, p):
+            b = self.bucket_of[p]
+            self.pending[b] -= 1
+            return [b] if self.pending[b] == 0 else []
+
+    for assign, ready, reason in [(forward_order, BucketReadiness, "buckets"), (assign_buckets, Eager, "launches differ")]:
+        with pytest.raises(AssertionError):
+            check_bucketing(assign, ready)
+        out = capsys.readouterr().out
+        assert out.startswith("DDP bucketing: ✗") and reason in out
