@@ -33,6 +33,7 @@ def train_ddp(rank: int, world_size: int, sizes, steps: int, global_batch: int, 
         out = {"losses": train_steps(ddp, opt, x, y, steps, accumulate), "params": flat_params(model).cpu(),
                "events": ddp.events, "bytes_sent": ddp.bytes_sent, "overlap": ddp.overlap, "buckets": ddp.buckets,
                "bucket_numels": [sum(ddp.params[i].numel() for i in b) for b in ddp.buckets],
+               "param_numels": [(name, p.numel()) for name, p in model.named_parameters()],
                "backend": dist.get_backend()}
     finally:
         ddp.close()
@@ -73,6 +74,8 @@ def run_ddp(world_size: int, steps: int = 5, global_batch: int = 16, bucket_cap_
               # bytes one rank sent in one optimizer step; gloo's own all-reduce does not tell us
               "bytes_sent_per_rank": [r["bytes_sent"][0] for r in ranks] if allreduce == "ring" else None,
               "optimal_bytes_per_rank": _ring_bytes(ranks[0]["bucket_numels"], world_size),
+              "param_names": [name for name, _ in ranks[0]["param_numels"]],
+              "param_numels": [numel for _, numel in ranks[0]["param_numels"]],
               "trace": merge(r["events"] for r in ranks), "buckets": ranks[0]["buckets"],
               "hidden_seconds": sum(h for h, _ in later) / len(later),  # per step, mean over ranks
               "exposed_seconds": sum(e for _, e in later) / len(later),

@@ -194,3 +194,31 @@ def lanes_text(trace, world_size: int, width: int = 72, span: float | None = Non
                          if drawn & set(_symbols(c)))
     lines.append("  ".join(f"{STYLE[c][0]} {STYLE[c][2]}" for c in used))
     return "\n".join(lines)
+
+
+def draw_sim_vs_real(sim_trace, real_trace, rank: int = 0, step: int = 1, title: str | None = None):
+    """One device's lanes twice on one time axis: the simulator's prediction (outlined) above the
+    real run's measurement (filled), so where they agree and where they drift is plain to see."""
+    from matplotlib.patches import Rectangle
+    real = [e for e in real_trace if e.rank == rank and e.step == step]
+    sim = [e for e in sim_trace if e.rank == rank]
+    span = max([e.end for e in real + sim], default=1.0)
+    scale, unit = _time_unit(span)
+    rows = [("simulated compute", sim, "compute"), ("real compute", real, "compute"),
+            ("simulated comm", sim, "comm"), ("real comm", real, "comm")]
+    ax = _new_ax(None, (10, 2.6))
+    for y, (label, events, lane) in enumerate(rows):
+        for e in (e for e in events if lane_of(e) == lane):
+            filled = label.startswith("real")
+            ax.add_patch(Rectangle((e.start * scale, y - 0.35), max(e.end - e.start, span * 0.002) * scale, 0.7,
+                                   facecolor=_color(e) if filled else "none", edgecolor=_color(e),
+                                   linewidth=0.8 if filled else 1.4, hatch=None if filled else "///",
+                                   gid=label))
+    ax.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=8)
+    ax.set_xlim(0, span * scale)
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel(f"time ({unit}) from the start of step {step}")
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.set_title(title or f"rank {rank}: simulator fitted to the run (outlined) vs measured (filled)",
+                 fontsize=10, loc="left")
+    return ax.figure

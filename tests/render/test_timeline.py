@@ -124,3 +124,20 @@ def test_lanes_text_golden_for_a_small_trace():
     # an edge a hair past a column boundary (float noise) must not spill into the next column
     noisy = Trace([dataclasses.replace(trace[0], end=0.003 + 1e-16), *trace[1:]])
     assert lanes_text(noisy, 2, width=8) == lanes_text(trace, 2, width=8)
+
+
+def test_sim_vs_real_draws_four_rows_for_one_rank():
+    import dataclasses
+
+    from simlab.render.timeline import draw_sim_vs_real
+    from simlab.sim.data_parallel import simulate_ddp, workload_from_layers
+
+    sim = simulate_ddp(workload_from_layers([1 << 16] * 3, world_size=2, global_batch=4, bucket_cap_mb=0.3))
+    real = [dataclasses.replace(e, step=1) for e in sim.trace]  # stands in for a measured step
+    fig = draw_sim_vs_real(sim.trace, real, rank=1, step=1)
+    gids = [p.get_gid() for p in fig.axes[0].patches]
+    mine = [e for e in sim.trace if e.rank == 1]
+    assert gids.count("simulated comm") == gids.count("real comm") == sum(e.kind == "comm" for e in mine)
+    assert gids.count("simulated compute") == gids.count("real compute") == sum(e.kind == "compute" for e in mine)
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [
+        "simulated compute", "real compute", "simulated comm", "real comm"]

@@ -1,0 +1,54 @@
+"""Fit the simulator to a real run, so the lesson can lay the prediction over the measurement.
+
+A real DDP step (`simlab.exec.ddp_parity.run_ddp`) records when forward ended, when each parameter's
+gradient landed, and when each bucket's all-reduce started and ended. `fit_ddp_workload` turns one
+step of that trace into a `Workload`: every parameter tensor becomes one "layer" (so the simulator
+builds exactly the real buckets), compute times are the measured ones, and α and bandwidth are fitted
+to the all-reduce durations by least squares on the α-β law  d = 2(n-1)·α + bytes_per_rank / B.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .data_parallel import Workload
+
+
+def _mean_over_ranks(trace, step: int, name: str) -> float:
+    durations = [e.end - e.start for e in trace if e.step == step and e.name == name]
+    if not durations:
+        raise ValueError(f"step={step}: the trace has no {name!r} event in that step")
+    return float(np.mean(durations))
+
+
+def fit_alpha_beta(durations, nbytes, world_size: int) -> tuple[float, float]:
+    """(alpha seconds, bandwidth bytes/s) from ring all-reduce durations and per-rank bytes.
+
+    Tiny buffers leave the bandwidth undetermined (or fit a negative slope): then the link is taken
+    as infinitely fast and the whole duration is latency.
+    """
+    d, b = np.asarray(durations, float), np.asarray(nbytes, float)
+    steps = 2 * (world_size - 1)
+    if steps == 0:
+        return 0.0, float("inf")
+    if len(set(b.tolist())) > 1:
+        slope, intercept = np.polyfit(b, d, 1)  # d ≈ slope·bytes + intercept
+        if slope > 0 and intercept >= 0:
+            return float(intercept / steps), float(1 / slope)
+    return float(d.mean() / steps), float("inf")
+
+
+def fit_ddp_workload(trace, param_numels, param_names, world_size: int, global_batch: int,
+                     bucket_cap_mb: float, step: int = 1, bytes_per_param: int = 4) -> Workload:
+    """A Workload measured from `step` of a real DDP trace (step 0 pays for warm-up: avoid it)."""
+    micro = global_batch // world_size
+    fwd = _mean_over_ranks(trace, step, "fwd")
+    bwd = [_mean_over_ranks(trace, step, f"bwd {name}") for name in param_names]
+    first_grad = min(e.start for e in trace if e.step == step and e.name.startswith("bwd "))
+    fwd_end = np.mean([e.end for e in trace if e.step == step and e.name == "fwd"])
+    comm = [e for e in trace if e.step == step and e.name.startswith("all-reduce b")]
+    alpha, bandwidth = fit_alpha_beta([e.end - e.start for e in comm], [e.nbytes for e in comm], world_size)
+    total = sum(param_numels)
+    return Workload(tuple(param_numels), tuple(fwd / micro * n / total for n in param_numels),
+                    tuple(t / micro for t in bwd), world_size=world_size, global_batch=global_batch,
+                    bytes_per_param=bytes_per_param, loss_seconds=max(0.0, first_grad - fwd_end) / micro,
+                    alpha=alpha, bandwidth=min(bandwidth, 1e15), bucket_cap_mb=bucket_cap_mb)
