@@ -105,3 +105,17 @@ def test_bucketing_grader_accepts_the_reference_and_rejects_mistakes(capsys):
             check_bucketing(assign, ready)
         out = capsys.readouterr().out
         assert out.startswith("DDP bucketing: ✗") and reason in out
+
+
+@pytest.mark.parametrize("path", sorted((ROOT / "notebooks").glob("*.ipynb")), ids=lambda p: p.name)
+def test_lessons_show_their_figures(path):
+    """A cell ending in a Figure must store a PNG (nbval ignores images, so check it here)."""
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        outputs = cell.get("outputs", [])
+        shows_figure = any("<Figure" in o.get("data", {}).get("text/plain", "") for o in outputs)
+        if shows_figure:
+            assert any("image/png" in o.get("data", {}) for o in outputs), cell.source[:80]
+    assert "%matplotlib inline" in nb.cells[1].source
