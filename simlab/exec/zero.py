@@ -1,0 +1,245 @@
+"""ZeRO stages 1, 2 and 3 (and optimizer offload), written from scratch on torch.distributed.
+
+What it teaches: data parallelism keeps N identical copies of everything; ZeRO keeps one copy, cut in N.
+Each Linear layer's weight+bias is flattened into one buffer padded to a multiple of N; rank r owns
+elements [r·S, (r+1)·S) with S = ceil(P / N) — its *shard*. Then, per step:
+  stage 1: full grads as in DDP, but reduce-scatter them, run Adam on the own shard only (m, v: S each),
+           all-gather the updated shards back into the full params;
+  stage 2: as 1, but each layer's grads are reduce-scattered the moment backward produced them and the
+           full grads are freed at once: only the own grad shard is kept;
+  stage 3: the params themselves live as shards; a layer gathers its full params just before forward,
+           frees them after, gathers again for backward and reduce-scatters its grads straight away;
+  offload: the fp32 master shard, Adam's m and v and the grad shard live on the host (CPU); the device
+           only computes. Here device and host are both the CPU, but the copies are the real data path.
+Every kept tensor is counted in `memory()`, and every collective lands in `events` (simlab.trace.Event).
+Run it: see `simlab.exec.zero_parity.run_zero`.
+"""
+from __future__ import annotations
+
+import math
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ..trace import Event
+
+HOST = torch.device("cpu")  # where offloaded state lives; on a GPU machine this is a real device→host copy
+# torch 2.13 renamed the flat-tensor collectives; the old names still work but warn
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def adam_update(param, grad, exp_avg, exp_avg_sq, step: int, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
+    """One Adam step in place, the same operations in the same order as torch.optim.Adam (single-tensor)."""
+    beta1, beta2 = betas
+    exp_avg.lerp_(grad, 1 - beta1)  # m ← β1·m + (1-β1)·g
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)  # v ← β2·v + (1-β2)·g²
+    step_size = lr / (1 - beta1 ** step)  # bias corrections: m and v start at 0
+    denom = (exp_avg_sq.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
+    param.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+def shard_size(numel: int, world_size: int) -> int:
+    return math.ceil(numel / world_size)
+
+
+class Recorder:
+    """Appends timed Events for this rank; `step` is the optimizer step they belong to."""
+
+    def __init__(self, rank: int):
+        self.rank, self.step, self.events, self.t0 = rank, 0, [], time.perf_counter()
+
+    def timed(self, kind: str, name: str, fn, nbytes: int = 0):
+        start = time.perf_counter() - self.t0
+        out = fn()
+        self.events.append(Event(self.rank, kind, self.step, nbytes=nbytes, name=name, start=start,
+                                 end=time.perf_counter() - self.t0))
+        return out
+
+
+def reduce_scatter_mean(flat: torch.Tensor, world_size: int) -> torch.Tensor:
+    """(N·S,) local grads → (S,) this rank's shard of the mean over ranks."""
+    out = flat.new_empty(flat.numel() // world_size)  # (S,)
+    _reduce_scatter(out, flat)  # sums: rank r receives Σ_ranks flat[r·S:(r+1)·S]
+    return out.div_(world_size)  # each rank's loss is a mean over its rows, so the grad is the mean
+
+
+def all_gather(shard: torch.Tensor, world_size: int) -> torch.Tensor:
+    """(S,) own shard → (N·S,) every rank's shard in rank order: the padded full buffer."""
+    full = shard.new_empty(shard.numel() * world_size)  # (N·S,)
+    _all_gather(full, shard)
+    return full
+
+
+def padded_flat(tensors, padded: int) -> torch.Tensor:
+    """weight and bias as one (padded,) buffer; the zero tail makes every rank's shard the same size."""
+    flat = torch.cat([t.reshape(-1) for t in tensors])  # (P,)
+    return nn.functional.pad(flat, (0, padded - flat.numel()))  # (N·S,)
+
+
+# ---------------------------------------------------------------- stage 3: the layer owns a shard only
+
+class _GatheredLinear(torch.autograd.Function):
+    """y = x·Wᵀ + b where W, b exist only between a gather and a free — in forward and again in backward."""
+
+    @staticmethod
+    def forward(ctx, x, shard, layer):
+        full = layer.gather()  # (N·S,)
+        weight, bias = layer.unflatten(full)
+        y = layer.rec.timed("compute", f"forward L{layer.index}", lambda: torch.addmm(bias, x, weight.t()))
+        layer.free(full)  # W is not saved for backward: that is the memory ZeRO-3 wins
+        ctx.save_for_backward(x)
+        ctx.layer = layer
+        return y  # (b, out)
+
+    @staticmethod
+    def backward(ctx, grad_y):  # grad_y: (b, out)
+        (x,), layer = ctx.saved_tensors, ctx.layer
+        full = layer.gather()  # re-gather: forward dropped it
+        weight, _ = layer.unflatten(full)
+
+        def compute():
+            grad_x = grad_y @ weight if ctx.needs_input_grad[0] else None  # (b, in)
+            return grad_x, grad_y.t() @ x, grad_y.sum(0)  # (out, in), (out,)
+        grad_x, grad_w, grad_b = layer.rec.timed("compute", f"backward L{layer.index}", compute)
+        layer.free(full)
+        flat = padded_flat([grad_w, grad_b], full.numel())  # (N·S,) this rank's full grads, transient
+        grad_shard = layer.rec.timed("comm", f"reduce-scatter L{layer.index}",
+                                     lambda: reduce_scatter_mean(flat, layer.world_size), 4 * flat.numel())
+        return grad_x, grad_shard, None  # autograd puts grad_shard into shard.grad: (S,)
+
+
+class ShardedLinear(nn.Module):
+    """A Linear whose only parameter is this rank's (S,) shard of its flattened, padded weight+bias."""
+
+    def __init__(self, linear: nn.Linear, index: int, rank: int, world_size: int, rec: Recorder):
+        super().__init__()
+        self.index, self.world_size, self.rec = index, world_size, rec
+        self.shape = tuple(linear.weight.shape)  # (out, in)
+        self.numel = linear.weight.numel() + linear.bias.numel()  # P
+        s = shard_size(self.numel, world_size)
+        flat = padded_flat([linear.weight.detach(), linear.bias.detach()], s * world_size)  # (N·S,)
+        self.shard = nn.Parameter(flat[rank * s:(rank + 1) * s].clone())  # (S,): clone, or flat stays alive
+
+    def gather(self) -> torch.Tensor:
+        return self.rec.timed("comm", f"all-gather L{self.index}",
+                              lambda: all_gather(self.shard.detach(), self.world_size),
+                              4 * self.shard.numel() * self.world_size)
+
+    def free(self, full: torch.Tensor) -> None:
+        # resize_(0) releases the storage now, even while views of it are still referenced
+        self.rec.timed("comm", f"free L{self.index}", lambda: full.untyped_storage().resize_(0))
+
+    def unflatten(self, full: torch.Tensor):
+        out, fan_in = self.shape
+        return full[:out * fan_in].view(out, fan_in), full[out * fan_in:self.numel]  # (out, in), (out,)
+
+    def forward(self, x):
+        return _GatheredLinear.apply(x, self.shard, self)
+
+
+# ---------------------------------------------------------------- the optimizer that owns the shards
+
+class ZeroAdam:
+    """Adam on this rank's shards. Wraps `model` in place (stage 3 swaps its Linears for ShardedLinears).
+
+    Use like any optimizer: `zero_grad()`, `loss.backward()`, `step()`.
+    """
+
+    def __init__(self, model: nn.Sequential, stage: int, rank: int, world_size: int, lr: float = 1e-3,
+                 offload: bool = False):
+        self.model, self.stage, self.offload, self.lr = model, stage, offload, lr
+        self.rank, self.n, self.t, self.rec = rank, world_size, 0, Recorder(rank)
+        self.layers = [(i, m) for i, m in enumerate(model) if isinstance(m, nn.Linear)]
+        self.sizes = [shard_size(m.weight.numel() + m.bias.numel(), world_size) for _, m in self.layers]  # S_l
+        where = HOST if offload else self.layers[0][1].weight.device  # Adam's state: host or the model's device
+        if stage == 3:
+            for k, (i, m) in enumerate(self.layers):
+                model[i] = ShardedLinear(m, k, rank, world_size, self.rec)
+        self.exp_avg = [torch.zeros(s, device=where) for s in self.sizes]  # (S,) each
+        self.exp_avg_sq = [torch.zeros(s, device=where) for s in self.sizes]
+        self.grad_shards = [None] * len(self.sizes)  # stage 2 / offload: the reduced (S,) grads we keep
+        self.master = ([self._own_shard(k).to(HOST, copy=True) for k in range(len(self.sizes))]
+                       if offload else None)  # fp32 master shards on the host
+        self._hooks = []
+        self._pending = [2] * len(self.sizes)  # grads (weight, bias) each layer still waits for
+        if stage == 2:  # reduce-scatter each layer as soon as backward has produced its last grad
+            for k, (_, m) in enumerate(self.layers):
+                for p in (m.weight, m.bias):
+                    self._hooks.append(p.register_post_accumulate_grad_hook(lambda p, k=k: self._ready(k)))
+
+    def _own_shard(self, k: int) -> torch.Tensor:
+        """This rank's (S,) slice of layer k's params: stage 3 the kept shard itself (updated in place),
+        stages 1/2 a transient copy cut from the full params."""
+        i, m = self.layers[k]
+        if self.stage == 3:
+            return self.model[i].shard.detach()
+        s = self.sizes[k]
+        return padded_flat([m.weight.detach(), m.bias.detach()], s * self.n)[self.rank * s:(self.rank + 1) * s]
+
+    def _ready(self, k: int) -> None:
+        self._pending[k] -= 1
+        if self._pending[k] == 0:  # weight and bias grads may arrive in either order: wait for both
+            self._pending[k] = 2
+            self._reduce(k)
+
+    def _reduce(self, k: int) -> None:
+        """Stages 1/2: layer k's full local grads → own mean grad shard (stage 2 frees the full grads)."""
+        m = self.layers[k][1]
+        flat = padded_flat([m.weight.grad, m.bias.grad], self.sizes[k] * self.n)  # (N·S,)
+        shard = self.rec.timed("comm", f"reduce-scatter L{k}", lambda: reduce_scatter_mean(flat, self.n),
+                               4 * flat.numel())
+        if self.stage == 2:
+            m.weight.grad = m.bias.grad = None  # ZeRO-2's saving: no full grad outlives its layer's backward
+        self.grad_shards[k] = shard.to(HOST, copy=True) if self.offload else shard  # device → host
+
+    def zero_grad(self, set_to_none: bool = True) -> None:  # always to None: that frees the memory
+        self.grad_shards = [None] * len(self.sizes)
+        for p in self.model.parameters():
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        self.t += 1
+        for k in range(len(self.sizes)):
+            if self.stage == 1:
+                self._reduce(k)
+            grad = self.model[self.layers[k][0]].shard.grad if self.stage == 3 else self.grad_shards[k]
+            if self.stage == 3 and self.offload:
+                grad = self.grad_shards[k] = grad.to(HOST, copy=True)  # device → host
+                self.model[self.layers[k][0]].shard.grad = None
+            param = self.master[k] if self.offload else self._own_shard(k)  # (S,)
+            self.rec.timed("compute", f"step L{k}", lambda: adam_update(
+                param, grad, self.exp_avg[k], self.exp_avg_sq[k], self.t, self.lr))
+            self._write_back(k, param)
+        if self.stage == 1:
+            self.grad_shards = [None] * len(self.sizes)  # transient in stage 1: the full grads are kept
+        self.rec.step += 1
+
+    def _write_back(self, k: int, param: torch.Tensor) -> None:
+        i, m = self.layers[k]
+        if self.stage == 3:  # the next forward gathers: only our own shard needs the new values
+            if self.offload:
+                self.model[i].shard.copy_(param)  # host → device
+            return
+        full = self.rec.timed("comm", f"all-gather L{k}", lambda: all_gather(param.to(m.weight.device), self.n),
+                              4 * param.numel() * self.n)  # (N·S,)
+        m.weight.copy_(full[:m.weight.numel()].view_as(m.weight))
+        m.bias.copy_(full[m.weight.numel():m.weight.numel() + m.bias.numel()])
+
+    def memory(self) -> dict:
+        """Bytes of the tensors this rank keeps now, device and host (the host only when offloading)."""
+        nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if t is not None)  # noqa: E731
+        params = [p for p in self.model.parameters()]
+        grads = [p.grad for p in params] + ([] if self.offload else self.grad_shards)
+        states = self.exp_avg + self.exp_avg_sq
+        host = nbytes(self.master + self.grad_shards + states) if self.offload else 0
+        return {"params": nbytes(params), "grads": nbytes(grads),
+                "optimizer": 0 if self.offload else nbytes(states), "cpu": host}
+
+    def close(self) -> None:
+        for handle in self._hooks:
+            handle.remove()
+        self._hooks = []

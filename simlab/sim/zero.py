@@ -1,0 +1,248 @@
+"""ZeRO, one training step at a time: which GPU holds which block of parameters, gradients and
+optimizer state, after every collective, compute and free.
+
+Teaches (the primer's scene: layers La, Lb, Lc, each cut into one block per GPU; GPU i *owns*
+block i of every layer, a_i, b_i, c_i):
+- Stage 0 (plain DP) keeps everything everywhere and all-reduces each layer's gradients.
+- Stage 1 keeps full parameters and gradients but only its own optimizer shard: reduce-scatter the
+  gradients, update the own blocks, all-gather the updated parameters. Same 2Ψ traffic as DP.
+- Stage 2 also drops the gradients it does not own, layer by layer during backward.
+- Stage 3 keeps only its own parameter blocks: before each layer's forward *and* backward it
+  gathers the others, and frees them right after. That is the extra Ψ: 3Ψ per step.
+- Offload (on stage 2 or 3): the owned gradients go down to the CPU, the CPU runs Adam, and the
+  updated parameters come back up. `to_trace` lays it out on GPU and CPU lanes.
+
+Memory is counted in the same bytes as `simlab.sim.memory.per_gpu_bytes`: the state at the start
+(and end) of a step equals it exactly; the peak adds only the transient full layer.
+
+    >>> steps = walkthrough(3)
+    >>> steps[1].description
+    'La forward: GPU0 gathers a1 from GPU1 and a2 from GPU2'
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._checks import check_choice, check_int, check_ranks
+from ..trace import Event, Trace
+from .memory import CPU_GRAD_BYTES, HOST_ADAM_BYTES, PRECISIONS, check_offload
+
+KINDS = ("params", "grads", "optim")  # what a GPU holds
+CPU_KINDS = ("grads", "optim")  # what a GPU's host holds under offload
+
+
+@dataclass(frozen=True)
+class ZeroStep:
+    """One event of the step and the holdings *after* it (sets of block names like "a0")."""
+
+    index: int
+    name: str  # short label, also the Trace event name: "all-gather La", "free La", "step"
+    kind: str  # "state" (the starting point) | "compute" | "comm" | "cpu"
+    op: str  # start, forward, backward, all-gather, reduce-scatter, all-reduce, free, step, to-cpu, to-gpu
+    layer: str | None
+    description: str
+    holdings: tuple  # per GPU: {"params": frozenset, "grads": ..., "optim": ...}
+    cpu: tuple  # per GPU's host: {"grads": frozenset, "optim": frozenset}; empty sets without offload
+    received: tuple  # per GPU: the blocks it received in this step
+    bytes_sent: tuple  # per GPU: bytes sent to other GPUs (ring accounting: (N-1) blocks per collective)
+    host_bytes: tuple  # per GPU: bytes moved over PCIe between the GPU and its host
+    gpu_bytes: tuple  # per GPU: bytes of model state held after this step
+    cpu_bytes: tuple  # per host
+
+
+def _order(block: str):
+    return block[0], int(block[1:])  # "c10" after "c2"
+
+
+class _Scene:
+    """The mutable state of the walkthrough; `record` snapshots it into a ZeroStep."""
+
+    def __init__(self, stage, layers, n, offload, precision, block_numel):
+        self.stage, self.n, self.offload, self.b = stage, n, offload, block_numel
+        self.prec, self.steps = PRECISIONS[precision], []
+        self.names = [f"L{chr(ord('a') + i)}" for i in range(layers)]
+        self.blocks = {name: [f"{name[1]}{g}" for g in range(n)] for name in self.names}
+        self.own = own = [{self.blocks[name][g] for name in self.names} for g in range(n)]
+        full = set().union(*self.blocks.values())
+        # the state between steps: what per_gpu_bytes counts (buffers are allocated once, reused)
+        self.gpu = [{"params": set(own[g] if stage == 3 else full),
+                     "grads": set() if offload else set(own[g] if stage >= 2 else full),
+                     "optim": set() if offload else set(own[g] if stage >= 1 else full)}
+                    for g in range(n)]
+        self.host = [{"grads": set(own[g]) if offload else set(),
+                      "optim": set(own[g]) if offload else set()} for g in range(n)]
+        sharded = ["", "optimizer state", "gradients and optimizer state",
+                   "parameters, gradients and optimizer state"][stage]
+        self.record("start", "state", "start", None, "between steps: " + (
+            f"GPU i keeps only its own blocks (block i of every layer) of the {sharded}" if stage
+            else "every GPU holds everything")
+            + ("; gradients and optimizer state live on the CPU" if offload else ""))
+
+    def gpu_bytes(self, g) -> int:  # the per-element sizes of memory.per_gpu_bytes
+        h, p = self.gpu[g], self.prec
+        return self.b * (len(h["params"]) * p.param + len(h["grads"]) * p.grad
+                         + len(h["optim"]) * p.optimizer)
+
+    def cpu_bytes(self, g) -> int:  # the host keeps its gradient shard in fp32
+        h = self.host[g]
+        return self.b * (len(h["grads"]) * CPU_GRAD_BYTES + len(h["optim"]) * HOST_ADAM_BYTES)
+
+    def record(self, name, kind, op, layer, description, received=None, sent=0, host=0):
+        n = self.n
+        self.steps.append(ZeroStep(
+            len(self.steps), name, kind, op, layer, description,
+            tuple({k: frozenset(h[k]) for k in KINDS} for h in self.gpu),
+            tuple({k: frozenset(h[k]) for k in CPU_KINDS} for h in self.host),
+            tuple(frozenset(r) for r in received) if received else (frozenset(),) * n,
+            (sent,) * n, (host,) * n, tuple(self.gpu_bytes(g) for g in range(n)),
+            tuple(self.cpu_bytes(g) for g in range(n))))
+
+    def others(self, layer, g):
+        return [blk for blk in self.blocks[layer] if blk != self.blocks[layer][g]]
+
+    def all_gather(self, layer, why):
+        """Every GPU sends its own block once around the ring: (N-1) blocks sent per GPU."""
+        got = [self.others(layer, g) for g in range(self.n)]
+        for g in range(self.n):
+            self.gpu[g]["params"] |= set(got[g])
+        gets = [f"{blk} from GPU{j}" for j, blk in enumerate(self.blocks[layer]) if j] or ["nothing"]
+        gets = " and ".join(filter(None, [", ".join(gets[:-1]), gets[-1]]))  # "x, y and z"
+        self.record(f"all-gather {layer}", "comm", "all-gather", layer, f"{layer} {why}: GPU0 gathers "
+                    f"{gets}", got, (self.n - 1) * self.b * self.prec.param)
+
+    def reduce_scatter(self, layer):
+        """Each GPU ends with the sum over GPUs of its own block's gradient: (N-1) blocks sent."""
+        self.record(f"reduce-scatter {layer}", "comm", "reduce-scatter", layer,
+                    f"{layer} grads: reduce-scatter, each GPU keeps the summed gradient of its own block "
+                    f"(GPU0: {self.blocks[layer][0]})",
+                    [{self.blocks[layer][g]} for g in range(self.n)] if self.n > 1 else None,
+                    (self.n - 1) * self.b * self.prec.grad)
+
+    def free(self, layer, kinds, when):
+        for g in range(self.n):
+            for k in kinds:
+                self.gpu[g][k] -= set(self.others(layer, g))
+        what = " and ".join(kinds)
+        self.record(f"free {layer}", "compute", "free", layer, f"{layer} {when}: GPU0 frees the {what} "
+                    f"of {', '.join(self.others(layer, 0)) or 'nothing'} (keeps its own "
+                    f"{self.blocks[layer][0]})")
+
+    def compute(self, layer, op):
+        if op == "backward":
+            for h in self.gpu:
+                h["grads"] |= set(self.blocks[layer])
+        action = "runs" if op == "forward" else "computes the gradients of all blocks of"
+        self.record(f"{op} {layer}", "compute", op, layer,
+                    f"{layer} {op}: every GPU {action} {layer} on its own micro-batch")
+
+    def to_cpu(self, layer):
+        for g in range(self.n):
+            self.gpu[g]["grads"] -= set(self.blocks[layer])
+            self.host[g]["grads"].add(self.blocks[layer][g])
+        self.record(f"to-cpu {layer}", "comm", "to-cpu", layer, f"{layer} grads to CPU: GPU0 sends "
+                    f"{self.blocks[layer][0]}'s summed gradient to its host and frees it on the GPU",
+                    host=self.b * self.prec.grad)
+
+
+def walkthrough(stage: int, layers: int = 3, world_size: int = 3, offload: bool = False,
+                precision: str = "mixed", block_numel: int = 1) -> list[ZeroStep]:
+    """The ordered events of one training step under ZeRO `stage` (0-3), with holdings after each.
+
+    `block_numel` elements per block (a layer has `world_size` blocks); bytes follow `precision`.
+    """
+    check_int("stage", stage, 0, 3)
+    check_int("layers", layers, 1, 26)  # one letter per layer: La … Lz
+    check_ranks("world_size", world_size)
+    check_choice("precision", precision, PRECISIONS)
+    check_int("block_numel", block_numel, 1)
+    check_offload(offload, stage)
+    s = _Scene(stage, layers, world_size, offload, precision, block_numel)
+    n, b, prec = world_size, block_numel, s.prec
+    for layer in s.names:
+        if stage == 3:
+            s.all_gather(layer, "forward")
+        s.compute(layer, "forward")
+        if stage == 3:
+            s.free(layer, ["params"], "forward done")
+    for layer in reversed(s.names):  # gradients appear from the last layer
+        if stage == 3:
+            s.all_gather(layer, "backward")
+        s.compute(layer, "backward")
+        if stage == 0:  # DDP: each layer's gradients are all-reduced as soon as they exist
+            s.record(f"all-reduce {layer}", "comm", "all-reduce", layer, f"{layer} grads: all-reduce, "
+                     f"every GPU gets the sum of every block", [s.blocks[layer]] * n if n > 1 else None,
+                     2 * (n - 1) * b * prec.grad)
+        elif stage >= 2:  # reduce right away so the non-owned gradients can be freed
+            s.reduce_scatter(layer)
+            s.free(layer, ["params", "grads"] if stage == 3 else ["grads"], "backward done")
+            if offload:
+                s.to_cpu(layer)
+    if stage == 1:  # gradients stay full-size; only the own block's sum is needed for the update
+        for layer in reversed(s.names):
+            s.reduce_scatter(layer)
+    mine = ", ".join(sorted(s.own[0], key=_order))
+    if offload:
+        s.record("step", "cpu", "step", None, f"optimizer step on the CPU: GPU0's host runs Adam on {mine}")
+        s.record("to-gpu", "comm", "to-gpu", None, f"params to GPU: GPU0 gets its updated {mine} back "
+                 f"from its host", [s.own[g] for g in range(n)], host=len(s.own[0]) * b * prec.param)
+    elif stage == 0:
+        s.record("step", "compute", "step", None, "optimizer step: every GPU updates every block")
+    else:
+        s.record("step", "compute", "step", None, f"optimizer step: GPU0 runs Adam on its own {mine} "
+                 f"(its optimizer shard)" + ("; its other parameter blocks are stale" if stage < 3 else ""))
+    if 1 <= stage <= 2:  # bring everyone's updated blocks back: the second Ψ
+        for layer in s.names:
+            s.all_gather(layer, "updated params")
+    return s.steps
+
+
+def memory_curve(steps) -> list[list[int]]:
+    """Bytes of model state per GPU after each step: one list per GPU (plot one line each)."""
+    return [[st.gpu_bytes[g] for st in steps] for g in range(len(steps[0].gpu_bytes))]
+
+
+def peak_bytes(steps) -> list[int]:  # per GPU
+    return [max(curve) for curve in memory_curve(steps)]
+
+
+def comm_bytes(steps) -> list[int]:
+    """Bytes each GPU sent to other GPUs over the whole step (host transfers not included)."""
+    return [sum(st.bytes_sent[g] for st in steps) for g in range(len(steps[0].bytes_sent))]
+
+
+def to_trace(steps) -> Trace:
+    """A timeline, one time unit per step: GPU g is lane g, its host (CPU) is lane N + g.
+
+    Event kinds: "compute" (forward, backward, free, step on a GPU), "comm" (collectives, and
+    PCIe copies: to-cpu from lane g to N + g, to-gpu the other way), "cpu" (Adam on the host).
+    """
+    n, out = len(steps[0].gpu_bytes), Trace()
+    for st in steps:
+        if st.kind == "state":
+            continue  # the starting point: nothing happens
+        for g in range(n):
+            if st.op == "to-cpu":
+                rank, peer, nbytes = g, n + g, st.host_bytes[g]
+            elif st.op == "to-gpu":
+                rank, peer, nbytes = n + g, g, st.host_bytes[g]
+            else:
+                rank, peer, nbytes = (n + g if st.kind == "cpu" else g), None, st.bytes_sent[g]
+            out.append(Event(rank, st.kind, st.index, peer, None, nbytes, st.name, float(st.index),
+                             float(st.index + 1)))
+    return out
+
+
+def holdings_text(step: ZeroStep) -> str:
+    """A deterministic table of who holds what after `step`: one row per GPU (and host, if used)."""
+    def cell(blocks):
+        return " ".join(sorted(blocks, key=_order)) or "-"
+
+    rows = [("", "params", "grads", "optim", "bytes")]
+    rows += [(f"GPU{g}", *(cell(h[k]) for k in KINDS), str(step.gpu_bytes[g]))
+             for g, h in enumerate(step.holdings)]
+    rows += [(f"CPU{g}", "-", cell(h["grads"]), cell(h["optim"]), str(step.cpu_bytes[g]))
+             for g, h in enumerate(step.cpu) if h["grads"] or h["optim"]]
+    widths = [max(len(r[c]) for r in rows) for c in range(5)]
+    lines = [f"step {step.index}: {step.name} ({step.kind})", step.description]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(lines)
