@@ -19,6 +19,7 @@ from .sim.collectives import PLANS
 
 DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
 STRATEGIES = ("dp", "ddp")  # `simlab run dp|ddp` trains; the other names run one collective
+ZERO_RUNS = {"zero1": (1, False), "zero2": (2, False), "zero3": (3, False), "offload": (2, True)}
 RUN_NAMES = {"allreduce": "ring-allreduce", "allgather": "ring-all-gather",
              "reducescatter": "ring-reduce-scatter", "broadcast": "broadcast",
              "naive-allreduce": "naive-allreduce"}
@@ -75,6 +76,8 @@ def cmd_run(args) -> dict:
     _checks.check_int("--world-size", args.world_size, 1)
     if args.collective in STRATEGIES:
         return cmd_train(args)
+    if args.collective in ZERO_RUNS:
+        return cmd_zero(args)
     from .exec.compare import run_collective
     from .exec.launch import resolve_backend
 
@@ -119,6 +122,52 @@ def cmd_train(args) -> dict:
     return out
 
 
+def cmd_memory(args) -> dict:
+    """`simlab memory`: the ZeRO paper's per-GPU memory model for one configuration."""
+    from .sim.memory import comm_volume_in_psi, comm_volume_per_step, per_gpu_bytes
+
+    if not args.params >= 1 or args.params != int(args.params):
+        raise ValueError(f"--params={args.params:g}: must be a whole number of parameters >= 1")
+    _checks.check_int("--gpus", args.gpus, 1)
+    _checks.check_int("--zero", args.zero, 0, 3)
+    if args.offload and args.zero < 2:
+        raise ValueError(f"--offload: ZeRO-Offload builds on stage 2 or 3, not --zero={args.zero}")
+    psi = int(args.params)
+    mem = per_gpu_bytes(psi, args.gpus, args.zero, offload=args.offload, precision=args.precision)
+    out = {"params": psi, "gpus": args.gpus, "zero": args.zero, "offload": args.offload,
+           "precision": args.precision, "bytes_per_gpu": {k: mem[k] for k in ("params", "grads", "optimizer", "total")},
+           "cpu_bytes_per_gpu": mem["cpu"], "comm_volume_per_step": comm_volume_per_step(psi, args.zero, args.gpus, args.precision),
+           "comm_volume_in_psi": comm_volume_in_psi(args.zero)}
+    if not args.json:
+        print(_summary({**out, "total_GB": mem["total"] / 1e9}))
+    return out
+
+
+def cmd_zero(args) -> dict:
+    """`simlab run zero1|zero2|zero3|offload`: our ZeRO vs one process, bytes measured vs the model."""
+    from .exec.models import TINY_MLP
+    from .exec.zero_parity import run_zero
+    from .sim.memory import per_gpu_bytes
+
+    _checks.check_int("--steps", args.steps, 1)
+    if args.global_batch % args.world_size:
+        raise ValueError(f"--global-batch={args.global_batch}: must be divisible by --world-size={args.world_size}")
+    stage, offload = ZERO_RUNS[args.collective]
+    res = run_zero(stage, args.world_size, steps=args.steps, global_batch=args.global_batch, seed=args.seed,
+                   offload=offload, timeout=args.timeout)
+    layers = [(a + 1) * b for a, b in zip(TINY_MLP, TINY_MLP[1:])]  # weight + bias per Linear
+    predicted = per_gpu_bytes(layers, args.world_size, stage, offload=offload, precision="fp32")
+    keys = ("params", "grads", "optimizer", "cpu")
+    out = {"strategy": args.collective, "world_size": args.world_size, "losses": res["losses"],
+           "reference_losses": res["reference_losses"], "max_abs_diff_vs_reference": res["max_abs_diff_vs_reference"],
+           "max_abs_diff_vs_torch": res.get("max_abs_diff_vs_torch"),
+           "measured_bytes_per_rank": [{k: m[k] for k in keys} for m in res["measured_bytes_per_rank"]],
+           "predicted_bytes_per_rank": [{k: predicted[k] for k in keys}] * args.world_size}
+    if not args.json and _is_printing_rank():
+        print(_summary(out))
+    return out
+
+
 def _is_printing_rank() -> bool:
     """Under torchrun every rank runs this CLI; only rank 0 prints."""
     return os.environ.get("RANK", "0") == "0"
@@ -143,8 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
     col.add_argument("--json", action="store_true", help="print one JSON object")
     col.set_defaults(func=cmd_collective)
     run = sub.add_parser("run", help="run a collective or a data-parallel strategy on real processes")
-    run.add_argument("collective", metavar="what", choices=sorted(RUN_NAMES) + list(STRATEGIES),
-                     help=f"a collective ({', '.join(sorted(RUN_NAMES))}) or a strategy (dp, ddp)")
+    run.add_argument("collective", metavar="what", choices=sorted(RUN_NAMES) + list(STRATEGIES) + list(ZERO_RUNS),
+                     help=f"a collective ({', '.join(sorted(RUN_NAMES))}) or a strategy "
+                          f"({', '.join(STRATEGIES + tuple(ZERO_RUNS))})")
     run.add_argument("--world-size", type=int, default=None,
                      help="number of processes (default: $WORLD_SIZE under torchrun, else 4)")
     run.add_argument("--size", type=int, default=1 << 20, help="buffer size in bytes, float32 (default 1 MiB)")
@@ -157,6 +207,14 @@ def build_parser() -> argparse.ArgumentParser:
                      help="ddp: bucket size cap in MB (default 0.004: several buckets on the tiny model)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.set_defaults(func=cmd_run)
+    mem = sub.add_parser("memory", help="per-GPU memory of DP and ZeRO 1/2/3 (+ Offload), the paper's model")
+    mem.add_argument("--params", type=float, default=7.5e9, help="model parameters Ψ (default 7.5e9)")
+    mem.add_argument("--gpus", type=int, default=64, help="data-parallel GPUs N_d (default 64)")
+    mem.add_argument("--zero", type=int, default=0, help="ZeRO stage 0..3 (0 = plain DP)")
+    mem.add_argument("--offload", action="store_true", help="ZeRO-Offload: optimizer and step on the CPU")
+    mem.add_argument("--precision", choices=["mixed", "fp32"], default="mixed", help="mixed: fp16 + fp32 Adam (K=12)")
+    mem.add_argument("--json", action="store_true", help="print one JSON object")
+    mem.set_defaults(func=cmd_memory)
     return parser
 
 

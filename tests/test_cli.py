@@ -119,3 +119,39 @@ def test_run_dp_json_matches_reference():
     assert out["max_abs_diff_vs_reference"] <= 1e-5 and len(out["losses"]) == 5
     assert out["losses"] == pytest.approx(out["reference_losses"], abs=1e-5)
     assert len(out["bytes_sent_per_rank"]) == 2
+
+
+@pytest.mark.parametrize("stage, total", [(0, 120e9), (1, 31.40625e9), (2, 16.640625e9), (3, 1.875e9)])
+def test_memory_reproduces_the_zero_paper(stage, total, capsys):
+    main(["memory", "--params", "7.5e9", "--gpus", "64", "--zero", str(stage), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["bytes_per_gpu"]["total"] == total
+    assert set(out["bytes_per_gpu"]) == {"params", "grads", "optimizer", "total"}
+    assert out["comm_volume_in_psi"] == (3 if stage == 3 else 2)
+    per_elem = (2 * 2 + 2) if stage == 3 else 2 * 2  # ring: (N-1)/N of Ψ per collective, fp16
+    assert out["comm_volume_per_step"] == 63 * (7_500_000_000 // 64) * per_elem  # Ψ/64 divides exactly
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["memory", "--zero", "4"], "--zero=4: must be between 0 and 3"),
+    (["memory", "--gpus", "0"], "--gpus=0: must be >= 1"),
+    (["memory", "--params", "-1"], "--params=-1"),
+    (["memory", "--zero", "1", "--offload"], "--offload"),
+    (["memory", "--precision", "int8"], "invalid choice: 'int8'"),
+    (["run", "zero3", "--world-size", "3"], "--global-batch=16: must be divisible by --world-size=3"),
+])
+def test_bad_memory_and_zero_arguments(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        main(argv)
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert multiprocessing.active_children() == []
+
+
+@pytest.mark.parametrize("what", ["zero1", "zero2", "zero3", "offload"])
+def test_run_zero_measured_bytes_equal_predicted(what, capsys):
+    main(["run", what, "--world-size", "4", "--steps", "2", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert out["max_abs_diff_vs_reference"] <= 1e-5
+    assert out["measured_bytes_per_rank"] == out["predicted_bytes_per_rank"]
+    assert set(out["measured_bytes_per_rank"][0]) >= {"params", "grads", "optimizer"}
