@@ -94,7 +94,7 @@ def test_run_under_torchrun_prints_once():
     (["run", "ddp", "--bucket-cap-mb", "0"], "--bucket-cap-mb=0.0: must be a positive number"),
     (["run", "ddp", "--bucket-cap-mb", "-1"], "--bucket-cap-mb=-1.0"),
     (["run", "ddp", "--steps", "0"], "--steps=0"),
-    (["run", "zero3"], "invalid choice: 'zero3'"),
+    (["run", "zero4"], "invalid choice: 'zero4'"),
 ])
 def test_bad_training_arguments_are_rejected_before_starting(argv, message, capsys):
     with pytest.raises(SystemExit):
