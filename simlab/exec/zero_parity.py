@@ -133,3 +133,25 @@ def run_zero(stage: int, world_size: int = 4, steps: int = 5, global_batch: int 
     if compare_torch:
         result["max_abs_diff_vs_torch"] = max(diff(r["params"], r["torch_params"]) for r in ranks)
     return result
+
+
+def compare_with_walkthrough(trace, stage: int, layers: int, world_size: int, rank: int = 0) -> dict:
+    """Line up a real run's step 0 (one rank) with the simulator's walkthrough of the same stage.
+
+    The walkthrough names layers La, Lb, …; the executor L0, L1, …. Every layer must go through the
+    same collectives (all-gather / reduce-scatter) in the same order in both; how layers interleave,
+    and the bookkeeping around them ("free", per-layer "step"), may differ (ZeRO-1 can step layer by
+    layer as soon as its reduce-scatter is done).
+    """
+    from ..sim.zero import walkthrough
+
+    letter = {f"L{chr(ord('a') + i)}": f"L{i}" for i in range(layers)}
+    sim = [" ".join(letter.get(w, w) for w in s.name.split()) for s in walkthrough(stage, layers, world_size)[1:]]
+    real = [e.name for e in sorted(trace, key=lambda e: e.start) if e.rank == rank and e.step == 0]
+    collectives = ("all-gather", "reduce-scatter")
+    def per_layer(names):  # layer -> its collectives, in order
+        ops = {}
+        for op, layer in (n.split() for n in names if n.split()[0] in collectives):
+            ops.setdefault(layer, []).append(op)
+        return ops
+    return {"simulated": sim, "real": real, "same_collectives": per_layer(sim) == per_layer(real)}

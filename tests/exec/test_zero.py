@@ -125,3 +125,14 @@ def test_invalid_arguments_fail_before_launch(kwargs, message, monkeypatch):
     monkeypatch.setattr(L, "launch", lambda *a, **k: pytest.fail("launched"))
     with pytest.raises(ValueError, match=message):
         run_zero(**kwargs)
+
+
+@pytest.mark.parametrize("stage", [1, 2, 3])
+def test_real_collectives_follow_the_simulated_walkthrough(stage):
+    from simlab.exec.zero_parity import compare_with_walkthrough, run_zero
+    from simlab.trace import Trace
+
+    res = run_zero(stage, world_size=3, steps=1, global_batch=6, sizes=(5, 7, 3, 4), compare_torch=False)
+    assert compare_with_walkthrough(res["trace"], stage, layers=3, world_size=3)["same_collectives"]
+    dropped = Trace(e for e in res["trace"] if e.name != "all-gather L1")  # a layer never gathered
+    assert not compare_with_walkthrough(dropped, stage, layers=3, world_size=3)["same_collectives"]
