@@ -32,6 +32,7 @@ test-fast: setup
 bench: setup
 	$(BIN)/python benchmarks/collectives.py
 	$(BIN)/python benchmarks/data_parallel.py
+	$(BIN)/python benchmarks/zero.py
 
 exercises: setup
 	$(BIN)/python tools/make_exercises.py
