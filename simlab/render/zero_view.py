@@ -223,3 +223,35 @@ def walkthrough_player(steps, world_size: int, mode: str = "text", interval_ms: 
     slider.observe(lambda change: show(change["new"]), names="value")
     show(0)
     return w.VBox([w.HBox([play, slider]), view])
+
+
+def draw_offload_timeline(steps, gpu: int = 0, ax=None):
+    """ZeRO-Offload as a timeline for one GPU and its host: one time unit per walkthrough step,
+    PCIe copies drawn as arrows between the two lanes (the events come from `sim.zero.to_trace`)."""
+    from matplotlib.patches import Rectangle
+
+    from ..sim.zero import to_trace
+
+    n = len(steps[0].gpu_bytes)
+    events = [e for e in to_trace(steps) if e.rank in (gpu, n + gpu)]
+    ax = _new_ax(ax, (12, 2.4))
+    colours = {"compute": "#4c72b0", "comm": "#dd8452", "cpu": "#55a868"}
+    for e in events:
+        if e.name.startswith(("to-cpu", "to-gpu")):  # a copy over PCIe: an arrow between the lanes
+            down = e.name.startswith("to-cpu")
+            ax.annotate("", xy=(e.start + 0.5, 1 if down else 0), xytext=(e.start + 0.5, 0 if down else 1),
+                        arrowprops={"arrowstyle": "-|>", "color": colours["comm"], "lw": 2}, gid="copy")
+            ax.text(e.start + 0.55, 0.5, e.name, fontsize=7, va="center", rotation=90)
+            continue
+        y = 1 if e.rank == n + gpu else 0
+        ax.add_patch(Rectangle((e.start, y - 0.3), e.end - e.start, 0.6, facecolor=colours.get(e.kind, "#999999"),
+                               edgecolor="white", gid=e.kind))
+        ax.text(e.start + 0.5, y, e.name.replace(" ", "\n"), ha="center", va="center", fontsize=6, color="white")
+    ax.set_xlim(0, max(e.end for e in events))
+    ax.set_ylim(1.6, -0.6)
+    ax.set_yticks([0, 1], [f"GPU{gpu}", f"CPU{gpu} (host)"])
+    ax.set_xlabel("walkthrough step")
+    ax.set_title("ZeRO-Offload: gradients go down, the CPU runs Adam, parameters come back up",
+                 fontsize=10, loc="left")
+    ax.spines[["top", "right"]].set_visible(False)
+    return ax.figure

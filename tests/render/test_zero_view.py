@@ -107,3 +107,14 @@ def test_walkthrough_frame_is_holdings_text():
 def test_player_rejects_unknown_mode():
     with pytest.raises(ValueError, match="mode"):
         walkthrough_player(walkthrough(0), 3, mode="video")
+
+
+def test_offload_timeline_draws_every_copy_and_the_cpu_step():
+    from simlab.render.zero_view import draw_offload_timeline
+    from simlab.sim.zero import walkthrough
+
+    steps = walkthrough(2, offload=True)
+    ax = draw_offload_timeline(steps).axes[0]
+    copies = [s for s in steps if s.name.startswith(("to-cpu", "to-gpu"))]
+    assert sum(a.get_gid() == "copy" for a in ax.texts + ax.patches + list(ax.get_children())) >= len(copies) > 0
+    assert [p.get_gid() for p in ax.patches].count("cpu") == sum(s.kind == "cpu" for s in steps)
