@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import torch
+from _common import count  # benchmarks/ is on sys.path when run as a script
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -105,16 +106,10 @@ def run(params: int, world_size: int = 4, cap_mb: float = 25.0, steps: int = 20,
     return row
 
 
-def _count(text: str) -> int:
-    """'4M' → 4_000_000, '500K' → 500_000, '123' → 123."""
-    scale = {"K": 10**3, "M": 10**6}.get(text[-1:].upper(), 1)
-    return int(float(text[:-1] if scale > 1 else text) * scale)
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--world-size", type=int, default=4)
-    parser.add_argument("--params", type=_count, default=4_000_000, help="e.g. 4M (at least 4M for the report)")
+    parser.add_argument("--params", type=count, default=4_000_000, help="e.g. 4M (at least 4M for the report)")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0)
     parser.add_argument("--torch-bucket-cap-mb", type=float, default=None,
                         help="torch's cap, if not the same: e.g. ours 8 vs torch 4 gives both 2 buckets of 8 MB at 4M")
