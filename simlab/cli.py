@@ -97,12 +97,17 @@ def cmd_run(args) -> dict:
     return out
 
 
-def cmd_train(args) -> dict:
-    """`simlab run dp|ddp`: train a few steps, compare with one process (and torch's DDP)."""
+def _check_training(args) -> None:
+    """What every training run (dp, ddp, zero*) needs: steps, and a batch the ranks can split evenly."""
     _checks.check_int("--steps", args.steps, 1)
     _checks.check_int("--global-batch", args.global_batch, 1)
     if args.global_batch % args.world_size:
         raise ValueError(f"--global-batch={args.global_batch}: must be divisible by --world-size={args.world_size}")
+
+
+def cmd_train(args) -> dict:
+    """`simlab run dp|ddp`: train a few steps, compare with one process (and torch's DDP)."""
+    _check_training(args)
     _checks.check_positive("--bucket-cap-mb", args.bucket_cap_mb)
     if args.collective == "dp":
         from .exec.dp import run_dp
@@ -149,9 +154,7 @@ def cmd_zero(args) -> dict:
     from .exec.zero_parity import run_zero
     from .sim.memory import per_gpu_bytes
 
-    _checks.check_int("--steps", args.steps, 1)
-    if args.global_batch % args.world_size:
-        raise ValueError(f"--global-batch={args.global_batch}: must be divisible by --world-size={args.world_size}")
+    _check_training(args)
     stage, offload = ZERO_RUNS[args.collective]
     res = run_zero(stage, args.world_size, steps=args.steps, global_batch=args.global_batch, seed=args.seed,
                    offload=offload, timeout=args.timeout)
