@@ -64,9 +64,9 @@ def check_ring_all_gather(plan_fn, itemsize: int = 4) -> None:
 def _gather_worker(rank: int, world_size: int, plan) -> dict:
     """Run a student's all-gather plan on this rank and torch's all_gather beside it."""
     import torch
-    import torch.distributed as dist
 
     from .exec.collectives import Recorder, run_plan
+    from .exec.compare import torch_all_gather_uneven
     from .plan import chunk_offsets
     from .sim.collectives import make_inputs
 
@@ -77,11 +77,7 @@ def _gather_worker(rank: int, world_size: int, plan) -> dict:
     out[offsets[rank]:offsets[rank] + sizes[rank]] = mine
     recorder = Recorder()
     run_plan(plan, out, recorder)
-    padded = torch.zeros(max(sizes))  # gloo's all_gather wants equal sizes: pad, then trim
-    padded[:sizes[rank]] = mine
-    gathered = [torch.empty_like(padded) for _ in range(world_size)]
-    dist.all_gather(gathered, padded)
-    want = torch.cat([g[:s] for g, s in zip(gathered, sizes)])
+    want = torch_all_gather_uneven(mine, sizes)
     return {"diff": (out - want).abs().max().item(), "events": recorder.events}
 
 

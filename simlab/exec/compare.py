@@ -72,6 +72,16 @@ def _worker(rank: int, world_size: int, name: str, numel: int, seed: int, snapsh
     return {"recorder": recorder, "max_abs_diff": diff, "backend": dist.get_backend()}
 
 
+def torch_all_gather_uneven(mine: torch.Tensor, sizes) -> torch.Tensor:
+    """torch's all_gather of chunks of `sizes` (this rank brings `mine`): gloo gathers equal sizes
+    only, so every chunk is padded to the largest, gathered, then trimmed."""
+    rank = dist.get_rank()
+    padded = [mine.new_zeros(max(sizes)) for _ in sizes]
+    padded[rank][:sizes[rank]] = mine
+    dist.all_gather(padded, padded[rank].clone())
+    return torch.cat([p[:s] for p, s in zip(padded, sizes)])
+
+
 def _ours_and_torchs(name: str, x: torch.Tensor, recorder: Recorder) -> tuple:
     """Our collective and torch's own on the same input `x` (numel,)."""
     sizes, rank = split_sizes(x.numel(), dist.get_world_size()), dist.get_rank()
@@ -82,10 +92,7 @@ def _ours_and_torchs(name: str, x: torch.Tensor, recorder: Recorder) -> tuple:
     elif name == "ring-all-gather":
         ours, mine = torch.empty_like(x), x.split(sizes)[rank]  # rank r brings its chunk r
         ring_all_gather(ours, mine, recorder)
-        padded = [x.new_zeros(max(sizes)) for _ in sizes]  # gloo gathers equal sizes only: pad, trim
-        padded[rank][:sizes[rank]] = mine
-        dist.all_gather(padded, padded[rank].clone())
-        theirs = torch.cat([p[:s] for p, s in zip(padded, sizes)])
+        theirs = torch_all_gather_uneven(mine, sizes)
     else:
         ours, theirs = x.clone(), x.clone()
         {"ring-allreduce": ring_all_reduce, "naive-allreduce": naive_all_reduce,
