@@ -3,32 +3,29 @@
 What it teaches: data parallelism keeps N identical copies of everything; ZeRO keeps one copy, cut in N.
 Each Linear layer's weight+bias is flattened into one buffer padded to a multiple of N; rank r owns
 elements [r·S, (r+1)·S) with S = ceil(P / N) — its *shard*. Then, per step:
-  stage 1: full grads as in DDP, but reduce-scatter them, run Adam on the own shard only (m, v: S each),
-           all-gather the updated shards back into the full params;
+  stage 1: full grads as in DDP, but reduce-scatter them (all layers in one bucket), run Adam on the own
+           shard only (m, v: S each), all-gather the updated shards back into the full params;
   stage 2: as 1, but each layer's grads are reduce-scattered the moment backward produced them and the
            full grads are freed at once: only the own grad shard is kept;
   stage 3: the params themselves live as shards; a layer gathers its full params just before forward,
            frees them after, gathers again for backward and reduce-scatters its grads straight away;
   offload: the fp32 master shard, Adam's m and v and the grad shard live on the host (CPU); the device
            only computes. Here device and host are both the CPU, but the copies are the real data path.
-Every kept tensor is counted in `memory()`, and every collective lands in `events` (simlab.trace.Event).
+The layout and the two collectives live in `simlab.exec.shards`. Every kept tensor is counted in
+`memory()`, and every collective lands in `events` (simlab.trace.Event).
 Run it: see `simlab.exec.zero_parity.run_zero`.
 """
 from __future__ import annotations
 
-import math
 import time
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from ..trace import Event
+from .shards import all_gather, from_rows, into_rows, new_rows, padded_flat, reduce_scatter_mean, shard_size
 
 HOST = torch.device("cpu")  # where offloaded state lives; on a GPU machine this is a real device→host copy
-# torch 2.13 renamed the flat-tensor collectives; the old names still work but warn
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 
 
 def adam_update(param, grad, exp_avg, exp_avg_sq, step: int, lr: float, betas=(0.9, 0.999), eps: float = 1e-8):
@@ -39,10 +36,6 @@ def adam_update(param, grad, exp_avg, exp_avg_sq, step: int, lr: float, betas=(0
     step_size = lr / (1 - beta1 ** step)  # bias corrections: m and v start at 0
     denom = (exp_avg_sq.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
     param.addcdiv_(exp_avg, denom, value=-step_size)
-
-
-def shard_size(numel: int, world_size: int) -> int:
-    return math.ceil(numel / world_size)
 
 
 class Recorder:
@@ -57,26 +50,6 @@ class Recorder:
         self.events.append(Event(self.rank, kind, self.step, nbytes=nbytes, name=name, start=start,
                                  end=time.perf_counter() - self.t0))
         return out
-
-
-def reduce_scatter_mean(flat: torch.Tensor, world_size: int) -> torch.Tensor:
-    """(N·S,) local grads → (S,) this rank's shard of the mean over ranks."""
-    out = flat.new_empty(flat.numel() // world_size)  # (S,)
-    _reduce_scatter(out, flat)  # sums: rank r receives Σ_ranks flat[r·S:(r+1)·S]
-    return out.div_(world_size)  # each rank's loss is a mean over its rows, so the grad is the mean
-
-
-def all_gather(shard: torch.Tensor, world_size: int) -> torch.Tensor:
-    """(S,) own shard → (N·S,) every rank's shard in rank order: the padded full buffer."""
-    full = shard.new_empty(shard.numel() * world_size)  # (N·S,)
-    _all_gather(full, shard)
-    return full
-
-
-def padded_flat(tensors, padded: int) -> torch.Tensor:
-    """weight and bias as one (padded,) buffer; the zero tail makes every rank's shard the same size."""
-    flat = torch.cat([t.reshape(-1) for t in tensors])  # (P,)
-    return nn.functional.pad(flat, (0, padded - flat.numel()))  # (N·S,)
 
 
 # ---------------------------------------------------------------- stage 3: the layer owns a shard only
@@ -105,9 +78,10 @@ class _GatheredLinear(torch.autograd.Function):
             return grad_x, grad_y.t() @ x, grad_y.sum(0)  # (out, in), (out,)
         grad_x, grad_w, grad_b = layer.rec.timed("compute", f"backward L{layer.index}", compute)
         layer.free(full)
-        flat = padded_flat([grad_w, grad_b], full.numel())  # (N·S,) this rank's full grads, transient
-        grad_shard = layer.rec.timed("comm", f"reduce-scatter L{layer.index}",
-                                     lambda: reduce_scatter_mean(flat, layer.world_size), 4 * flat.numel())
+        rows = full.new_empty(layer.world_size, full.numel() // layer.world_size)  # (N, S) full grads, transient
+        into_rows(rows, [grad_w, grad_b])
+        grad_shard = layer.rec.timed("comm", f"reduce-scatter L{layer.index}", lambda: reduce_scatter_mean(
+            rows, layer.world_size).clone(), 4 * rows.numel())  # clone: keep S, not the whole (N, S)
         return grad_x, grad_shard, None  # autograd puts grad_shard into shard.grad: (S,)
 
 
@@ -116,7 +90,7 @@ class ShardedLinear(nn.Module):
 
     def __init__(self, linear: nn.Linear, index: int, rank: int, world_size: int, rec: Recorder):
         super().__init__()
-        self.index, self.world_size, self.rec = index, world_size, rec
+        self.index, self.rank, self.world_size, self.rec = index, rank, world_size, rec
         self.shape = tuple(linear.weight.shape)  # (out, in)
         self.numel = linear.weight.numel() + linear.bias.numel()  # P
         s = shard_size(self.numel, world_size)
@@ -124,9 +98,10 @@ class ShardedLinear(nn.Module):
         self.shard = nn.Parameter(flat[rank * s:(rank + 1) * s].clone())  # (S,): clone, or flat stays alive
 
     def gather(self) -> torch.Tensor:
-        return self.rec.timed("comm", f"all-gather L{self.index}",
-                              lambda: all_gather(self.shard.detach(), self.world_size),
-                              4 * self.shard.numel() * self.world_size)
+        rows = self.shard.new_empty(self.world_size, self.shard.numel())  # (N, S)
+        rows[self.rank] = self.shard.detach()
+        return self.rec.timed("comm", f"all-gather L{self.index}", lambda: all_gather(rows, self.world_size),
+                              4 * rows.numel()).view(-1)  # (N·S,)
 
     def free(self, full: torch.Tensor) -> None:
         # resize_(0) releases the storage now, even while views of it are still referenced
@@ -154,6 +129,7 @@ class ZeroAdam:
         self.rank, self.n, self.t, self.rec = rank, world_size, 0, Recorder(rank)
         self.layers = [(i, m) for i, m in enumerate(model) if isinstance(m, nn.Linear)]
         self.sizes = [shard_size(m.weight.numel() + m.bias.numel(), world_size) for _, m in self.layers]  # S_l
+        self.offsets = [sum(self.sizes[:k]) for k in range(len(self.sizes))]  # layer k's place in a rank's row
         where = HOST if offload else self.layers[0][1].weight.device  # Adam's state: host or the model's device
         if stage == 3:
             for k, (i, m) in enumerate(self.layers):
@@ -188,9 +164,10 @@ class ZeroAdam:
     def _reduce(self, k: int) -> None:
         """Stages 1/2: layer k's full local grads → own mean grad shard (stage 2 frees the full grads)."""
         m = self.layers[k][1]
-        flat = padded_flat([m.weight.grad, m.bias.grad], self.sizes[k] * self.n)  # (N·S,)
-        shard = self.rec.timed("comm", f"reduce-scatter L{k}", lambda: reduce_scatter_mean(flat, self.n),
-                               4 * flat.numel())
+        rows = new_rows(m.weight.numel() + m.bias.numel(), self.n, m.weight.device)  # (N, S)
+        into_rows(rows, [m.weight.grad, m.bias.grad])
+        shard = self.rec.timed("comm", f"reduce-scatter L{k}", lambda: reduce_scatter_mean(rows, self.n).clone(),
+                               4 * rows.numel())  # clone: keep S, not the whole (N, S)
         if self.stage == 2:
             m.weight.grad = m.bias.grad = None  # ZeRO-2's saving: no full grad outlives its layer's backward
         self.grad_shards[k] = shard.to(HOST, copy=True) if self.offload else shard  # device → host
@@ -200,12 +177,30 @@ class ZeroAdam:
         for p in self.model.parameters():
             p.grad = None
 
+    def _reduce_all(self) -> None:
+        """Stage 1: every layer's grads in ONE reduce-scatter, like DeepSpeed's flat buffer.
+
+        The bucket is rank-major, (N, ΣS): row r holds rank r's block of every layer, so what rank r
+        receives is its own blocks, layer after layer — the same ownership as per layer, for one
+        collective's latency instead of one per layer. The bucket lives until `_gather_all` reuses it."""
+        self._bucket = torch.empty(self.n, sum(self.sizes), device=self.layers[0][1].weight.device)  # (N, ΣS)
+        for k, (_, m) in enumerate(self.layers):
+            into_rows(self._block(k), [m.weight.grad, m.bias.grad])
+        names = " ".join(f"L{k}" for k in reversed(range(len(self.sizes))))  # backward order, as simulated
+        shard = self.rec.timed("comm", f"reduce-scatter {names}", lambda: reduce_scatter_mean(
+            self._bucket, self.n), 4 * self._bucket.numel())  # (ΣS,): a view of our row
+        self.grad_shards = [shard[o:o + s] for o, s in zip(self.offsets, self.sizes)]  # (S_k,) each
+
+    def _block(self, k: int) -> torch.Tensor:
+        return self._bucket[:, self.offsets[k]:self.offsets[k] + self.sizes[k]]  # (N, S_k): layer k's rows
+
     @torch.no_grad()
     def step(self) -> None:
         self.t += 1
+        updated = []  # stage 1: the updated own blocks, gathered at once after the loop
+        if self.stage == 1:
+            self._reduce_all()
         for k in range(len(self.sizes)):
-            if self.stage == 1:
-                self._reduce(k)
             grad = self.model[self.layers[k][0]].shard.grad if self.stage == 3 else self.grad_shards[k]
             if self.stage == 3 and self.offload:
                 grad = self.grad_shards[k] = grad.to(HOST, copy=True)  # device → host
@@ -213,10 +208,26 @@ class ZeroAdam:
             param = self.master[k] if self.offload else self._own_shard(k)  # (S,)
             self.rec.timed("compute", f"step L{k}", lambda: adam_update(
                 param, grad, self.exp_avg[k], self.exp_avg_sq[k], self.t, self.lr))
-            self._write_back(k, param)
+            if self.stage == 1:
+                updated.append(param)
+            else:
+                self._write_back(k, param)
         if self.stage == 1:
+            self._gather_all(updated)
             self.grad_shards = [None] * len(self.sizes)  # transient in stage 1: the full grads are kept
         self.rec.step += 1
+
+    def _gather_all(self, shards) -> None:
+        """Stage 1: every layer's updated own block in ONE all-gather, in place in the bucket."""
+        row = self._bucket[self.rank]  # (ΣS,): our reduced grads, no longer needed
+        for k, shard in enumerate(shards):
+            row[self.offsets[k]:self.offsets[k] + self.sizes[k]] = shard
+        names = " ".join(f"L{k}" for k in range(len(shards)))
+        self.rec.timed("comm", f"all-gather {names}", lambda: all_gather(self._bucket, self.n),
+                       4 * self._bucket.numel())
+        for k, (_, m) in enumerate(self.layers):
+            from_rows(self._block(k), [m.weight, m.bias])
+        self._bucket = None  # transient: a second full-size buffer only during step()
 
     def _write_back(self, k: int, param: torch.Tensor) -> None:
         i, m = self.layers[k]
@@ -224,10 +235,10 @@ class ZeroAdam:
             if self.offload:
                 self.model[i].shard.copy_(param)  # host → device
             return
-        full = self.rec.timed("comm", f"all-gather L{k}", lambda: all_gather(param.to(m.weight.device), self.n),
-                              4 * param.numel() * self.n)  # (N·S,)
-        m.weight.copy_(full[:m.weight.numel()].view_as(m.weight))
-        m.bias.copy_(full[m.weight.numel():m.weight.numel() + m.bias.numel()])
+        rows = new_rows(m.weight.numel() + m.bias.numel(), self.n, m.weight.device)  # (N, S)
+        rows[self.rank] = param  # host → device when offloading
+        self.rec.timed("comm", f"all-gather L{k}", lambda: all_gather(rows, self.n), 4 * rows.numel())
+        from_rows(rows, [m.weight, m.bias])
 
     def memory(self) -> dict:
         """Bytes of the tensors this rank keeps now, device and host (the host only when offloading)."""

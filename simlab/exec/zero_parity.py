@@ -46,8 +46,8 @@ def _mutate(mutation: str) -> None:
 
     from . import zero as Z
     rs = Z.reduce_scatter_mean
-    Z.reduce_scatter_mean = {"no_average": lambda flat, n: rs(flat, n).mul_(n),
-                             "local_grads": lambda flat, n: flat.view(n, -1)[dist.get_rank()].clone()}[mutation]
+    Z.reduce_scatter_mean = {"no_average": lambda rows, n: rs(rows, n).mul_(n),
+                             "local_grads": lambda rows, n: rows[dist.get_rank()]}[mutation]
 
 
 def _full_params(opt: ZeroAdam) -> torch.Tensor:
@@ -141,7 +141,7 @@ def compare_with_walkthrough(trace, stage: int, layers: int, world_size: int, ra
     The walkthrough names layers La, Lb, …; the executor L0, L1, …. Every layer must go through the
     same collectives (all-gather / reduce-scatter) in the same order in both; how layers interleave,
     and the bookkeeping around them ("free", per-layer "step"), may differ (ZeRO-1 can step layer by
-    layer as soon as its reduce-scatter is done).
+    layer as soon as its reduce-scatter is done, and the executor's ZeRO-1 reduces all layers at once).
     """
     from ..sim.zero import walkthrough
 
@@ -151,7 +151,8 @@ def compare_with_walkthrough(trace, stage: int, layers: int, world_size: int, ra
     collectives = ("all-gather", "reduce-scatter")
     def per_layer(names):  # layer -> its collectives, in order
         ops = {}
-        for op, layer in (n.split() for n in names if n.split()[0] in collectives):
-            ops.setdefault(layer, []).append(op)
+        for op, *layers in (n.split() for n in names if n.split()[0] in collectives):
+            for layer in layers:  # stage 1 runs one collective for all layers ("reduce-scatter L1 L0")
+                ops.setdefault(layer, []).append(op)
         return ops
     return {"simulated": sim, "real": real, "same_collectives": per_layer(sim) == per_layer(real)}
