@@ -1,0 +1,221 @@
+"""Timing a pipeline schedule: when each action starts and ends, where the bubbles are, memory held.
+
+Each rank runs its list in order. An action starts when its rank is free and its inputs exist:
+  F of stage s, micro-batch j   needs F of stage s-1 (same j)                        — the activation
+  B or I of stage s             needs B/I of stage s+1 (same j) and its own F         — the output grad
+  W of stage s                  needs I of stage s (same j)                           — the saved grad
+plus `t_comm` when the input comes from another rank. A full backward B takes `t_b`; split, I takes
+t_b - t_w and W takes t_w. The result is a `Trace` of compute events shaped exactly like the real
+executor's (`simlab.exec.pipeline`), so a simulated and a real run compare with `Trace.signature()`.
+
+    python -c "from simlab.sim import pipeline as P, schedules as S; print(P.bubble_fraction(P.simulate(S.one_f_one_b(4, 8)), 4))"
+"""
+from __future__ import annotations
+
+import gc
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from ..plan import Action
+from ..trace import Event, Trace
+
+def as_actions(schedule) -> list[list[Action]]:
+    """The schedule with every entry an `Action` ("2F0" strings are parsed); a one-line error otherwise."""
+    rows_ok = all(isinstance(r, (list, tuple)) for r in schedule) if isinstance(schedule, (list, tuple)) else False
+    if not schedule or not rows_ok:
+        raise ValueError("schedule: must be a list with one list of actions per rank (at least one rank)")
+    out = []
+    for r, acts in enumerate(schedule):
+        row = []
+        for i, a in enumerate(acts):
+            if isinstance(a, str):
+                a = Action.parse(a)
+            if not isinstance(a, Action) or a.op not in "FBIW" or a.stage < 0 or a.mb < 0:
+                raise ValueError(f"schedule[{r}][{i}]={a!r}: must be an Action such as Action(2, 'F', 0)")
+            row.append(a)
+        out.append(row)
+    return out
+
+
+def shape(schedule) -> tuple[int, int]:
+    """(number of stages, number of micro-batches) that the actions name."""
+    stages = max((a.stage for acts in schedule for a in acts), default=-1) + 1
+    return stages, max((a.mb for acts in schedule for a in acts), default=-1) + 1
+
+
+@dataclass
+class BlockingRun:
+    """Result of one pass: per rank, the (start, end) of each action it ran and where it stopped."""
+
+    times: list[list[tuple[float, float]]]
+    blocked: dict[int, tuple[int, int, int]]  # stuck rank → the (kind, stage, mb) it waits for
+
+
+def run_blocking(schedule: list[list[Action]], stages: int, microbatches: int, durations,
+                 t_comm: float = 0.0, action_times=None) -> BlockingRun:
+    """Run every rank's list with blocking receives, event-driven: a rank that must wait parks on the
+    one output it needs and is woken when that output is produced, so each action is tried O(1) times.
+
+    `durations[op][stage]` is the time of op on that stage, unless `action_times[rank][i]` gives each
+    action's own. Ranks left waiting form a deadlock.
+    """
+    n, mbs = stages * microbatches, microbatches
+    end = [-1.0] * (3 * n)  # end time of each (kind, stage, mb) output; -1: not produced yet
+    where = [-1] * (3 * n)  # the rank that produced it: same rank means no communication
+    times = [[] for _ in schedule]
+    pos, free = [0] * len(schedule), [0.0] * len(schedule)
+    parked: dict[int, list[int]] = {}
+    ready = list(range(len(schedule)))
+    while ready:
+        r = ready.pop()
+        acts, i, t, out = schedule[r], pos[r], free[r], times[r]
+        while i < len(acts):
+            a = acts[i]
+            s, op, k = a.stage, a.op, a.stage * mbs + a.mb
+            if op == "F":
+                needs, made = ((k - mbs,) if s else ()), k
+            elif op == "W":
+                needs, made = (n + k,), 2 * n + k
+            else:  # B or I: own activation, and the gradient coming back from the next stage
+                needs, made = ((k, n + k + mbs) if s < stages - 1 else (k,)), n + k
+            start, missing = t, -1
+            for d in needs:
+                e = end[d]
+                if e < 0:
+                    missing = d
+                    break
+                e = e + t_comm if where[d] != r else e
+                start = e if e > start else start
+            if missing >= 0:
+                parked.setdefault(missing, []).append(r)
+                break
+            t = start + (action_times[r][i] if action_times else durations[op][s])
+            end[made], where[made] = t, r
+            out.append((start, t))
+            i += 1
+            woken = parked.pop(made, None)
+            if woken:
+                ready.extend(woken)
+        pos[r], free[r] = i, t
+    blocked = {q: _decode(d, n, mbs) for d, qs in parked.items() for q in qs}
+    return BlockingRun(times, blocked)
+
+
+def _decode(d: int, n: int, mbs: int) -> tuple[int, int, int]:
+    kind, k = divmod(d, n)
+    return kind, k // mbs, k % mbs
+
+
+def _per_stage(name: str, value, stages: int, positive: bool = True) -> list[float]:
+    values = list(value) if isinstance(value, (list, tuple)) else [value] * stages
+    if len(values) != stages:
+        raise ValueError(f"{name}: per-stage list has {len(values)} entries, the schedule has {stages} stages")
+    for v in values:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 if positive else v >= 0):
+            allowed = "a positive number" if positive else "a number >= 0"
+            raise ValueError(f"{name}={value!r}: must be {allowed} (or one per stage)")
+    return [float(v) for v in values]
+
+
+@contextmanager
+def _gc_paused():
+    """Building 10⁵ small events sets off young-generation collections that free nothing: pause them."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def simulate(schedule, t_f=1.0, t_b=2.0, t_w=None, t_comm: float = 0.0, action_times=None) -> Trace:
+    """Model-time trace of `schedule`: one compute `Event` per action, `step` = its index on its rank.
+
+    t_f, t_b (a full backward) and t_w are numbers or per-stage lists; t_w defaults to t_b / 2.
+    action_times: one list per rank of each action's own duration (e.g. measured in a real run);
+    it replaces t_f/t_b/t_w, so only the waiting is simulated.
+    >>> from simlab.sim.schedules import gpipe
+    >>> [(e.name, e.start, e.end) for e in simulate(gpipe(2, 1)).for_rank(1)]
+    [('1F0', 1.0, 2.0), ('1B0', 2.0, 4.0)]
+    >>> [(e.name, e.start, e.end) for e in simulate(gpipe(2, 1), action_times=[[1, 1], [3, 1]]).for_rank(0)]
+    [('0F0', 0.0, 1.0), ('0B0', 5.0, 6.0)]
+    """
+    schedule = as_actions(schedule)
+    if action_times is not None:
+        action_times = _check_action_times(schedule, action_times)
+    with _gc_paused():
+        return _simulate(schedule, t_f, t_b, t_w, t_comm, action_times)
+
+
+def _check_action_times(schedule, action_times) -> list[list[float]]:
+    if len(action_times) != len(schedule) or any(len(t) != len(a) for t, a in zip(action_times, schedule)):
+        raise ValueError("action_times: needs one duration per action, one list per rank, shaped like the schedule")
+    if any(isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0 for t in action_times for x in t):
+        raise ValueError("action_times: every duration must be a number >= 0")
+    return [[float(x) for x in t] for t in action_times]
+
+
+def _simulate(schedule, t_f, t_b, t_w, t_comm, action_times=None) -> Trace:
+    stages, mbs = shape(schedule)
+    f, b = _per_stage("t_f", t_f, stages), _per_stage("t_b", t_b, stages)
+    w = [x / 2 for x in b] if t_w is None else _per_stage("t_w", t_w, stages, positive=False)
+    if any(wi > bi for wi, bi in zip(w, b)):
+        raise ValueError(f"t_w={t_w!r}: the weight-gradient part cannot exceed the full backward t_b={t_b!r}")
+    comm = _per_stage("t_comm", t_comm, 1, positive=False)[0]
+    result = run_blocking(schedule, stages, mbs, {"F": f, "B": b, "I": [bi - wi for bi, wi in zip(b, w)], "W": w},
+                          comm, action_times)
+    if result.blocked:
+        from .pipeline_check import deadlock_messages  # the validator words what went wrong
+        raise ValueError("schedule cannot run: " + "; ".join(deadlock_messages(schedule, result)))
+    # positional Event(rank, kind, step, peer, chunk, nbytes, name, start, end): the hot loop of big runs
+    return Trace(Event(r, "compute", i, None, None, 0, str(a), s, e)
+                 for r, acts in enumerate(schedule) for i, (a, (s, e)) in enumerate(zip(acts, result.times[r])))
+
+
+def makespan(trace: Trace) -> float:
+    """Time from the first action's start to the last action's end."""
+    return max(e.end for e in trace) - min(e.start for e in trace) if trace else 0.0
+
+
+def bubble_fraction(trace: Trace, ranks: int) -> float:
+    """Idle device-time / (ranks × makespan): the share of the pipeline's time nobody computes."""
+    span = makespan(trace)
+    busy = sum(e.end - e.start for e in trace if e.kind == "compute")
+    return (ranks * span - busy) / (ranks * span) if span else 0.0
+
+
+def peak_activations(schedule) -> list[int]:
+    """Per rank, the most micro-batch activations held at once, in units of one (stage, micro-batch).
+
+    A stage keeps micro-batch j's activation from its F until its B frees it, or until W when the
+    backward is split (I still needs it, and so does W). With v chunks a rank's stages are 1/v of
+    a non-interleaved rank's layers, so one unit is 1/v as big there.
+    >>> from simlab.sim.schedules import gpipe, one_f_one_b
+    >>> peak_activations(gpipe(4, 8)), peak_activations(one_f_one_b(4, 8))
+    ([8, 8, 8, 8], [4, 3, 2, 1])
+    """
+    peaks = []
+    for acts in as_actions(schedule):
+        held = peak = 0
+        for a in acts:
+            held += 1 if a.op == "F" else (-1 if a.op in "BW" else 0)
+            peak = max(peak, held)
+        peaks.append(peak)
+    return peaks
+
+
+def closed_form_bubble(name: str, stages: int, microbatches: int = 1, chunks: int = 1) -> float:
+    """The papers' bubble fractions, for equal stage times and free transfers (tests hold `simulate` to them):
+    naive (p-1)/p; GPipe and 1F1B (p-1)/(m+p-1); interleaved (p-1)/(v·m+p-1); ZB-H1 (p-1)/(3m+p-1),
+    the last when forward, input-grad and weight-grad take equally long (t_w = t_f, t_b = 2·t_f).
+
+    >>> closed_form_bubble("1f1b", 4, 8), closed_form_bubble("interleaved", 4, 8, 2)
+    (0.2727272727272727, 0.15789473684210525)
+    """
+    p, m, v = stages, microbatches, chunks
+    forms = {"naive": (p - 1) / p, "gpipe": (p - 1) / (m + p - 1), "1f1b": (p - 1) / (m + p - 1),
+             "interleaved": (p - 1) / (v * m + p - 1), "zero-bubble": (p - 1) / (3 * m + p - 1)}
+    if name not in forms:
+        raise ValueError(f"name={name!r}: must be one of {', '.join(forms)}")
+    return forms[name]

@@ -1,0 +1,158 @@
+"""Is this pipeline schedule runnable? The grader behind the schedule exercises, in plain words.
+
+`validate(schedule)` returns every problem it finds, each naming the rank, the step (index in that
+rank's list) and the action; an empty list means the schedule is valid. It checks, in order:
+  1. each action names a real stage and micro-batch, and runs on the rank that owns its stage;
+  2. every forward and backward appears exactly once (B, or I followed later by W);
+  3. on each rank, nothing runs before an output it needs from that same rank: a backward before
+     its own forward, a W before its I, or a later stage before the earlier stage feeding it;
+  4. running all ranks with blocking receives, nobody waits forever (a deadlock).
+
+    python -c "from simlab.sim.pipeline_check import validate; print(validate([['0B0', '0F0']]))"
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+
+from .._checks import check_int
+from .pipeline import BlockingRun, as_actions, run_blocking, shape
+
+_WHAT = {"F": "forward", "B": "backward", "I": "input-gradient backward", "W": "weight-gradient backward"}
+
+
+def _where(places) -> str:
+    return ", ".join(f"rank {r} step {i}" for r, i in places)
+
+
+def placement_problems(schedule, stages: int, microbatches: int) -> list[str]:
+    """Actions naming a stage or micro-batch that does not exist, or sitting on the wrong rank."""
+    p, out = len(schedule), []
+    for r, acts in enumerate(schedule):
+        for i, a in enumerate(acts):
+            at = f"rank {r}, step {i}: {a}"
+            if a.stage >= stages:
+                out.append(f"{at} names stage {a.stage}, but the stages are 0..{stages - 1}")
+            elif a.stage % p != r:
+                out.append(f"{at} is on the wrong rank: stage {a.stage} lives on rank {a.stage % p} "
+                           f"(rank r holds stages r, r+{p}, r+{2 * p}, …)")
+            if a.mb >= microbatches:
+                out.append(f"{at} names micro-batch {a.mb}, but the micro-batches are 0..{microbatches - 1}")
+    return out
+
+
+def count_problems(schedule, stages: int, microbatches: int) -> list[str]:
+    """Each (stage, micro-batch) needs one F and one backward: a B, or an I and a W."""
+    seen = defaultdict(list)  # (stage, op, mb) → [(rank, step), …]
+    for r, acts in enumerate(schedule):
+        for i, a in enumerate(acts):
+            seen[a.stage, a.op, a.mb].append((r, i))
+    split = any(op in "IW" for _, op, _ in seen)  # which backward to ask for when none is there
+    out = []
+    for (s, op, j), places in sorted(seen.items()):
+        if len(places) > 1:
+            out.append(f"duplicate: {s}{op}{j} appears {len(places)} times ({_where(places)}); "
+                       f"each action runs exactly once")
+    for s in range(stages):
+        for j in range(microbatches):
+            has = {op: (s, op, j) in seen for op in "FBIW"}
+            if has["B"] and has["I"]:
+                out.append(f"duplicate backward: {s}B{j} and {s}I{j} both compute stage {s}'s input gradient "
+                           f"for micro-batch {j}; use B, or I then W")
+            wanted = "F" + ("" if has["B"] else ("IW" if split or has["I"] or has["W"] else "B"))
+            for op in wanted:
+                if not has[op]:
+                    out.append(f"missing: {s}{op}{j}: stage {s} never runs the {_WHAT[op]} of micro-batch {j} "
+                               f"(it belongs on rank {s % len(schedule)})")
+    return out
+
+
+def _chain(a, stages: int) -> float:
+    """Position in micro-batch a.mb's dependency chain F0 → … → F(S-1) → B(S-1) → … → B0.
+
+    W hangs off its I (half a step after it) and feeds nothing."""
+    if a.op == "F":
+        return a.stage
+    return 2 * stages - 1 - a.stage + (0.5 if a.op == "W" else 0.0)
+
+
+def order_problems(schedule, stages: int) -> list[str]:
+    """Within one rank: an action placed before an action of that rank whose output it needs.
+
+    No timing can fix these: the rank would have to run the later action first.
+    """
+    out = []
+    for r, acts in enumerate(schedule):
+        later = defaultdict(dict)  # mb → {chain position: step} of this rank's later actions
+        first = {}  # a repeated action's output exists from its first run: only that one counts
+        for i, a in enumerate(acts):
+            first.setdefault(a, i)
+        found = []
+        for i in range(len(acts) - 1, -1, -1):
+            a = acts[i]
+            pos = _chain(a, stages)
+            needed = [q for q in later[a.mb] if q < pos]  # later actions that feed this one
+            if needed:
+                k = later[a.mb][max(needed)]  # the nearest one makes the clearest message
+                found.append(_order_message(r, i, a, acts[k], k, stages))
+            if a.op != "W" and first[a] == i:  # W feeds nothing: it can come late without harm
+                later[a.mb][pos] = i
+        out += reversed(found)
+    return out
+
+
+def _order_message(r: int, i: int, a, b, k: int, stages: int) -> str:
+    at = f"rank {r}, step {i}: {a} comes before {b} (step {k})"
+    if a.stage == b.stage and a.op in "BI" and b.op == "F":
+        return f"{at}: a backward needs the activations its own forward saves"
+    if a.stage == b.stage and a.op == "W":
+        return f"{at}: W needs the output gradient that {b.op} brings in"
+    via = " (through the stages in between)" if _chain(a, stages) - _chain(b, stages) > 1 else ""
+    return f"{at}, but {a} needs {b}'s output{via}: no timing can fix this order"
+
+
+def deadlock_messages(schedule, result: BlockingRun) -> list[str]:
+    """One line per rank that waits forever: its step, its action and what it waits for."""
+    placed = {}
+    for r, acts in enumerate(schedule):
+        for i, a in enumerate(acts):
+            placed.setdefault((a.stage, a.op, a.mb), (r, i))
+    out = []
+    for r in sorted(result.blocked):
+        kind, s, j = result.blocked[r]
+        i = len(result.times[r])
+        ops = {0: "F", 1: "BI", 2: "W"}[kind]
+        need = next((f"{s}{op}{j}" for op in ops if (s, op, j) in placed), f"{s}{ops[0]}{j}")
+        src = next((placed[s, op, j] for op in ops if (s, op, j) in placed), None)
+        if src is None:
+            why = ", which no rank runs"
+        elif src[0] == r:
+            why = f", which it only runs later (step {src[1]})"
+        else:  # a rank that finished would have produced it: the producer is stuck too
+            why = f" from rank {src[0]} (step {src[1]}), which is itself stuck at step {len(result.times[src[0]])}"
+        out.append(f"deadlock: rank {r} is stuck at step {i} ({schedule[r][i]}), waiting for {need}{why}")
+    return out
+
+
+def validate(schedule, stages: int | None = None, microbatches: int | None = None, chunks: int = 1) -> list[str]:
+    """Every problem with `schedule`, in plain words; [] when it is valid.
+
+    `stages` defaults to ranks × `chunks` (more if the actions name higher stages, in whole chunks);
+    `microbatches` to the largest micro-batch named + 1 (at least 1: empty lists are not a schedule).
+    >>> for problem in validate([["0F0", "0B0"], ["1B0", "1F0"]]):
+    ...     print(problem)
+    rank 1, step 0: 1B0 comes before 1F0 (step 1): a backward needs the activations its own forward saves
+    deadlock: rank 0 is stuck at step 1 (0B0), waiting for 1B0 from rank 1 (step 0), which is itself stuck at step 0
+    deadlock: rank 1 is stuck at step 0 (1B0), waiting for 1F0, which it only runs later (step 1)
+    """
+    schedule = as_actions(schedule)
+    if stages is None:  # ranks × chunks, or more when the actions name higher stages (whole chunks)
+        p = max(len(schedule), 1)
+        stages = max(p * check_int("chunks", chunks, 1), -(-shape(schedule)[0] // p) * p)
+    microbatches = max(shape(schedule)[1], 1) if microbatches is None else microbatches
+    problems = placement_problems(schedule, stages, microbatches)
+    problems += count_problems(schedule, stages, microbatches)
+    problems += order_problems(schedule, stages)
+    if any(a.stage >= stages or a.mb >= microbatches for acts in schedule for a in acts):
+        return problems  # the run below needs every action to exist
+    durations = {op: [0.0] * stages for op in "FBIW"}
+    return problems + deadlock_messages(schedule, run_blocking(schedule, stages, microbatches, durations))
