@@ -1,0 +1,171 @@
+"""simlab.exec.pipeline on real gloo ranks: every schedule trains exactly like one process, its trace is
+the simulator's, bad input fails before any process starts, a broken schedule fails fast instead of
+hanging, the measured-time plumbing reproduces a simulated run exactly, and torch.distributed.pipelining
+computes the very same loss and grads on the same model, split and schedule."""
+import time
+
+import pytest
+
+import simlab.exec.launch as L
+import simlab.exec.pipeline as PL
+import simlab.exec.pipeline_torch as PT
+from simlab.exec.launch import LaunchTimeout, WorkerError
+from simlab.exec.pipeline_parity import bubbles, run_pipeline, stage_times, transfer_time
+from simlab.sim.pipeline import bubble_fraction, simulate
+from simlab.sim.schedules import gpipe, make_schedule, zero_bubble
+
+TOL = 1e-5  # fp32: the micro-batch sums run in another order than the whole batch's, nothing more
+CASES = [(name, p) for name in ("naive", "gpipe", "1f1b", "interleaved", "zero-bubble") for p in (2, 4)]
+
+
+def setting(name: str, p: int):
+    """(microbatches, chunks) for a case: naive runs the whole batch, interleaved two chunks per rank."""
+    return (1 if name == "naive" else 8), (2 if name == "interleaved" else 1)
+
+
+@pytest.fixture(scope="module", params=CASES, ids=lambda c: f"{c[0]}-n{c[1]}")
+def run(request):
+    name, p = request.param
+    m, v = setting(name, p)
+    return run_pipeline(name, p, m, v, steps=2, global_batch=16)
+
+
+def test_loss_grads_and_params_match_one_process(run):
+    assert run["max_abs_diff_vs_reference"] <= TOL  # loss of both steps, every grad, params after SGD
+    assert abs(run["loss"] - run["reference_loss"]) <= TOL
+    assert len(run["losses"]) == 2 and run["reference_losses"][1] < run["reference_losses"][0]  # it trains
+
+
+def test_trace_is_the_simulators(run):
+    name, p = run["schedule_name"], run["world_size"]
+    plan = make_schedule(name, p, *setting(name, p))
+    assert run["schedule"] == [[str(a) for a in acts] for acts in plan]
+    for trace in run["traces"]:  # every step, not just the last
+        assert trace.signature() == simulate(plan).signature()
+        assert all(e.kind == "compute" and 0 <= e.start <= e.end for e in trace)
+        for r in range(p):  # each rank ran its list in order
+            ends = [e for e in sorted(trace.for_rank(r), key=lambda e: e.step)]
+            assert all(a.end <= b.start for a, b in zip(ends, ends[1:]))
+
+
+def test_bubble_fractions_are_reported(run):
+    assert 0 < run["measured_bubble_fraction"] < 1 and 0 < run["simulated_bubble_fraction"] < 1
+    assert len(run["stage_times"]["t_f"]) == run["num_stages"] and run["transfer_time"] >= 0
+
+
+def test_same_rank_neighbours_hand_over_in_memory():
+    res = run_pipeline("interleaved", 1, 2, 3, global_batch=4)  # one rank holds all three stages
+    assert res["max_abs_diff_vs_reference"] <= TOL
+    assert [e.name for e in sorted(res["trace"], key=lambda e: e.step)] == [str(a) for a in
+                                                                             make_schedule("interleaved", 1, 2, 3)[0]]
+
+
+def test_hand_made_split_backward_schedule():
+    # GPipe with split backward and every W deferred to the very end, as strings
+    plan = [[f"{r}F{j}" for j in range(3)] + [f"{r}I{j}" for j in range(3)] + [f"{r}W{j}" for j in (2, 0, 1)]
+            for r in range(2)]
+    res = run_pipeline(plan, 2, 3, global_batch=6)
+    assert res["max_abs_diff_vs_reference"] <= TOL
+    assert res["trace"].signature() == simulate(plan).signature()
+
+
+def test_a_lost_weight_gradient_is_caught(monkeypatch):
+    def overwrite(self, a):  # the bug: W overwrites .grad instead of accumulating over micro-batches
+        out, grad = self.saved.pop((a.stage, a.mb))[1], self.for_w.pop((a.stage, a.mb))
+        start = PL.time.perf_counter()
+        params = list(self.stages[a.stage].parameters())
+        for p, g in zip(params, PL.torch.autograd.grad(out, params, grad)):
+            p.grad = g
+        self.mark(start)
+    monkeypatch.setattr(PL.PipelineRank, "backward_weight", overwrite)  # forked ranks inherit it
+    assert run_pipeline("zero-bubble", 2, 4, steps=1, global_batch=8)["max_abs_diff_vs_reference"] > 1e-3
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"schedule": "pipedream"}, "schedule='pipedream'"),
+    ({"world_size": 0}, "world_size=0"),
+    ({"microbatches": 0}, "microbatches=0"),
+    ({"chunks": 0}, "chunks=0"),
+    ({"schedule": "1f1b", "chunks": 2}, "chunks=2"),
+    ({"schedule": "naive", "microbatches": 4}, "microbatches=4"),
+    ({"schedule": "interleaved", "world_size": 4, "microbatches": 6, "chunks": 2, "global_batch": 12},
+     "microbatches=6"),
+    ({"global_batch": 12, "microbatches": 8}, "global_batch=12"),
+    ({"steps": 0}, "steps=0"),
+    ({"hidden": 0}, "hidden=0"),
+    ({"lr": 0}, "lr=0"),
+    ({"timeout": -1}, "timeout=-1"),
+    ({"schedule": [["0F0", "0B0"]], "world_size": 2}, "schedule="),
+    ({"schedule": [["0F0", "0B0"], ["1B0", "1F0"]], "world_size": 2, "microbatches": 1, "global_batch": 2},
+     "schedule: rank 1, step 0: 1B0 comes before 1F0"),
+])
+def test_bad_input_fails_before_any_process_starts(monkeypatch, kwargs, message):
+    monkeypatch.setattr(L, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")) as err:
+        run_pipeline(**kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_a_receive_that_never_comes_times_out_quickly():
+    # 2F0 waits for 1F0, which waits for 0F0, which rank 0 runs only after 2F0: both ranks wait forever
+    plan = [["2F0", "0F0", "2B0", "0B0"], ["1F0", "3F0", "3B0", "1B0"]]
+    start = time.monotonic()
+    with pytest.raises(LaunchTimeout, match="ranks \\[0, 1\\]"):
+        run_pipeline(plan, 2, 1, 2, global_batch=2, timeout=2.0, check=False)
+    assert time.monotonic() - start < 10
+
+
+def test_an_out_of_order_rank_fails_at_once():
+    plan = [["1F0", "0F0", "2F0", "2B0", "1B0", "0B0"]]  # one rank, three stages: 1F0 before its input
+    with pytest.raises(WorkerError, match="out of order"):
+        run_pipeline(plan, 1, 1, 3, global_batch=2, timeout=10.0, check=False)
+
+
+# ---------------------------------------------------------------- measured times → simulator, exactly
+
+@pytest.mark.parametrize("plan", [gpipe(3, 4), zero_bubble(3, 5), make_schedule("interleaved", 2, 4, 2)],
+                         ids=["gpipe", "zero-bubble", "interleaved"])
+def test_measuring_a_simulated_run_gives_back_its_inputs(plan):
+    stages = 1 + max(a.stage for acts in plan for a in acts)
+    t_f, t_b = [1.0 + s / 8 for s in range(stages)], [2.0 + s / 4 for s in range(stages)]
+    t_w = [0.75 + s / 16 for s in range(stages)]
+    trace = simulate(plan, t_f=t_f, t_b=t_b, t_w=t_w, t_comm=0.375)
+    times = stage_times([trace], stages)
+    assert times["t_f"] == pytest.approx(t_f) and times["t_b"] == pytest.approx(t_b)
+    assert times["t_w"] == (pytest.approx(t_w) if any(a.op == "W" for acts in plan for a in acts) else None)
+    assert transfer_time(trace, len(plan), stages) == pytest.approx(0.375)
+    out = bubbles([trace], plan, len(plan), stages)  # re-simulating a simulated run reproduces it
+    assert out["simulated_bubble_fraction"] == pytest.approx(out["measured_bubble_fraction"])
+    assert out["measured_bubble_fraction"] == pytest.approx(bubble_fraction(trace, len(plan)))
+
+
+# ---------------------------------------------------------------- torch.distributed.pipelining
+
+@pytest.mark.parametrize("name, p", [("naive", 2), ("gpipe", 2), ("1f1b", 4), ("interleaved", 2),
+                                     ("zero-bubble", 4)])
+def test_same_loss_and_grads_as_torch_pipelining(name, p):
+    m, v = setting(name, p)
+    res = PT.compare_with_torch(name, p, m, v, global_batch=16)
+    assert res["max_abs_diff_vs_torch"] <= TOL
+    assert abs(res["loss"] - res["torch_loss"]) <= TOL
+    assert sorted(res["grads"]) == [(s, i) for s in range(p * v) for i in range(2)]  # every stage's W and b
+
+
+def test_the_torch_comparison_can_fail(monkeypatch):
+    monkeypatch.setattr(PT, "loss_fn", lambda out, y: 2 * PL.loss_fn(out, y))  # torch's loss only
+    res = PT.compare_with_torch("1f1b", 2, 4)
+    assert abs(res["torch_loss"] - 2 * res["loss"]) <= TOL and res["max_abs_diff_vs_torch"] > 1e-3
+
+
+def test_time_pipeline_steps_reports_both_and_the_ratio():
+    res = PT.time_pipeline_steps("1f1b", 2, 4, 1, 2, global_batch=16, hidden=16)
+    assert res["ours_s"] > 0 and res["torch_s"] > 0
+    assert res["ratio"] == pytest.approx(res["ours_s"] / res["torch_s"])
+
+
+def test_compare_bubbles_reports_measured_simulated_and_their_gap():
+    from simlab.exec.pipeline_parity import compare_bubbles
+    res = compare_bubbles("gpipe", 2, 2, hidden=8, microbatch_size=2, steps=2)
+    measured, simulated = res["measured_bubble_fraction"], res["simulated_bubble_fraction"]
+    assert res["relative_error"] == pytest.approx(abs(measured - simulated) / measured)
+    assert res["max_abs_diff_vs_reference"] <= TOL and res["schedule_name"] == "gpipe"
