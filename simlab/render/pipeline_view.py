@@ -1,0 +1,128 @@
+"""Pipeline schedules drawn as Gantt charts: one row per rank, one box per action.
+
+Any pipeline `Trace` works — simulated by `simlab.sim.pipeline.simulate` (model time) or recorded by
+`simlab.exec.pipeline` (wall time): each compute event is named after its action ("2F0": stage 2,
+forward, micro-batch 0). Boxes are coloured by op (F, B, or the split backward's I and W) and show the
+micro-batch; with several chunks per rank (interleaved) later chunks are drawn lighter. White space is
+the bubble.
+
+- `draw_gantt(trace, ranks, until=…)`: a matplotlib Figure; `until` draws only what has started by then,
+  with a cursor — the step slider of the lesson.
+- `gantt_text(trace, ranks)`: the same chart as fixed-width text, for nbval to compare.
+- `draw_sim_vs_real(sim, real, ranks)`: the simulation above the real run, on one time axis.
+
+    >>> from simlab.trace import Event, Trace
+    >>> t = Trace([Event(0, "compute", 0, name="0F0", start=0, end=1), Event(1, "compute", 0, name="1F0",
+    ...            start=1, end=2), Event(1, "compute", 1, name="1B0", start=2, end=4),
+    ...            Event(0, "compute", 1, name="0B0", start=4, end=6)])
+    >>> print(gantt_text(t, 2))
+    rank 0 |F0 .  .  .  B0 == |
+    rank 1 |.  F0 B0 == .  .  |
+    one column = 1 time unit; F forward, B backward, digits = micro-batch, '.' idle (the bubble)
+"""
+from __future__ import annotations
+
+from ..plan import Action
+from .mpl import _new_ax, _time_unit
+
+OP_COLOR = {"F": "#4c72b0", "B": "#55a868", "I": "#8ccf8f", "W": "#c9a227"}
+OP_NAME = {"F": "forward", "B": "backward", "I": "backward-input", "W": "backward-weight"}
+ROW = 0.8  # box height; rows are 1 apart
+
+
+def _actions(trace):
+    """(event, Action) for every compute event named like '2F0', in time order."""
+    out = []
+    for e in sorted(trace, key=lambda e: (e.start, e.rank)):
+        if e.kind == "compute":
+            try:
+                out.append((e, Action.parse(e.name)))
+            except ValueError:
+                continue  # not a pipeline action (e.g. a loss event): not drawn
+    return out
+
+
+def _shade(color: str, chunk: int) -> str:
+    """Later chunks of an interleaved schedule: the same colour, mixed with white."""
+    if chunk == 0:
+        return color
+    mix = min(0.25 * chunk, 0.6)
+    rgb = [int(color[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(c + (255 - c) * mix):02x}" for c in rgb)
+
+
+def draw_gantt(trace, ranks: int, ax=None, title: str | None = None, until: float | None = None,
+               span: float | None = None):
+    """Rank 0 on top; a box per action, labelled with its micro-batch. Returns the Figure.
+
+    until: draw only actions started by then (clipped at it) and a cursor there. span: the time axis
+    length, so several charts can share one scale."""
+    from matplotlib.patches import Patch, Rectangle
+    acts = _actions(trace)
+    ax = _new_ax(ax, (10, 0.6 + 0.45 * ranks))
+    t0 = min((e.start for e, _ in acts), default=0.0)
+    span = span or (max((e.end for e, _ in acts), default=1.0) - t0) or 1.0
+    scale, unit = _time_unit(span)
+    for e, a in acts:
+        if until is not None and e.start - t0 >= until:
+            continue
+        end = e.end if until is None else min(e.end, t0 + until)
+        chunk = a.stage // ranks
+        ax.add_patch(Rectangle(((e.start - t0) * scale, e.rank - ROW / 2), (end - e.start) * scale, ROW,
+                               facecolor=_shade(OP_COLOR[a.op], chunk), edgecolor="white", linewidth=0.5))
+        if (e.end - e.start) / span > 0.012 * len(str(a.mb)) and end == e.end:  # only if the label fits
+            ax.text((e.start - t0 + (e.end - e.start) / 2) * scale, e.rank, str(a.mb), ha="center",
+                    va="center", fontsize=7, color="white" if a.op in "FB" else "black")
+    if until is not None:
+        ax.axvline(until * scale, color="#d62728", linewidth=1)
+    ax.set_xlim(0, span * scale)
+    ax.set_ylim(ranks - 0.5, -0.5)
+    ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)], fontsize=8)
+    ax.set_xlabel(f"time ({unit})" if unit != "s" or span > 100 else "time")
+    used = list(dict.fromkeys(a.op for _, a in acts))
+    ax.legend(handles=[Patch(color=OP_COLOR[op], label=OP_NAME[op]) for op in used], fontsize=8,
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.spines[["top", "right"]].set_visible(False)
+    if title:
+        ax.set_title(title, fontsize=10, loc="left")
+    return ax.figure
+
+
+def _tick(acts) -> float:
+    """The shortest action: one text column."""
+    return min((e.end - e.start for e, _ in acts if e.end > e.start), default=1.0)
+
+
+def gantt_text(trace, ranks: int, tick: float | None = None, max_columns: int = 200) -> str:
+    """One column per `tick` (default: the shortest action); an action shows as op + micro-batch, then
+    '=' for each further column it lasts; '.' is idle. The stage is shown only when a rank holds several
+    (interleaved: "4F0"); otherwise rank r runs stage r."""
+    acts = _actions(trace)
+    tick = tick or _tick(acts)
+    t0 = min((e.start for e, _ in acts), default=0.0)
+    looped = len({a.stage for _, a in acts}) > ranks  # several stages per rank: name the stage too
+    label = (lambda a: str(a)) if looped else (lambda a: f"{a.op}{a.mb}")  # noqa: E731
+    width = max((len(label(a)) for _, a in acts), default=2) + 1
+    columns = min(max_columns, round((max((e.end for e, _ in acts), default=t0) - t0) / tick))
+    grid = [[".".ljust(width)] * columns for _ in range(ranks)]
+    for e, a in acts:
+        first, last = round((e.start - t0) / tick), round((e.end - t0) / tick)
+        for c in range(first, min(last, columns)):
+            grid[e.rank][c] = (label(a) if c == first else "=" * (width - 1)).ljust(width)
+    ops = sorted({a.op for _, a in acts}, key="FBIW".index)
+    legend = ", ".join(f"{op} {OP_NAME[op]}" for op in ops)
+    lines = [f"rank {r} |{''.join(row)}|" for r, row in enumerate(grid)]
+    unit = f"{tick:g} time unit" + ("s" if tick != 1 else "")
+    what = "labels = stage, op, micro-batch" if looped else "digits = micro-batch"
+    return "\n".join(lines + [f"one column = {unit}; {legend}, {what}, '.' idle (the bubble)"])
+
+
+def draw_sim_vs_real(sim_trace, real_trace, ranks: int, titles=("simulated", "real")):
+    """The simulated schedule above the real run, on the same time axis (both in seconds)."""
+    from matplotlib.figure import Figure
+    fig = Figure(figsize=(10, 1.2 + 0.9 * ranks), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    spans = [max(e.end for e in t) - min(e.start for e in t) for t in (sim_trace, real_trace)]
+    for ax, trace, title in zip((top, bottom), (sim_trace, real_trace), titles):
+        draw_gantt(trace, ranks, ax=ax, title=title, span=max(spans))
+    return fig

@@ -1,0 +1,85 @@
+"""Lesson 4's schedule explorer: schedule, p, m, v and t_B/t_F drive the Gantt chart and the readouts.
+
+Every number it shows comes from `simlab.sim.schedules` and `simlab.sim.pipeline`; this module only
+turns knob positions into arguments and draws. `explorer_frame` is the pure part, so tests need no browser.
+"""
+from __future__ import annotations
+
+from ..sim import pipeline, schedules
+from .pipeline_view import draw_gantt
+
+NAMES = ("naive", "gpipe", "1f1b", "interleaved", "zero-bubble")
+
+
+def fitted(name: str, stages: int, microbatches: int, chunks: int) -> tuple[int, int]:
+    """Knob positions a schedule cannot take, moved to the nearest it can: naive runs one micro-batch,
+    interleaved needs m a multiple of p (rounded up) and only interleaved uses chunks."""
+    if name == "naive":
+        return 1, 1
+    if name == "interleaved":
+        return -(-microbatches // stages) * stages, chunks
+    return microbatches, 1
+
+
+def explorer_run(name: str, stages: int, microbatches: int, chunks: int = 1, ratio: float = 2.0):
+    """(schedule, trace, readout dict) for one knob position; the forward of a whole stage takes 1."""
+    m, v = fitted(name, stages, microbatches, chunks)
+    plan = schedules.make_schedule(name, stages, m, v)
+    t_f = 1.0 / v  # a chunk holds 1/v of the rank's layers
+    trace = pipeline.simulate(plan, t_f=t_f, t_b=ratio * t_f)
+    readout = {"schedule": name, "stages": stages, "microbatches": m, "chunks": v,
+               "makespan": pipeline.makespan(trace), "bubble_fraction": pipeline.bubble_fraction(trace, stages),
+               "peak_activations": pipeline.peak_activations(plan)}
+    return plan, trace, readout
+
+
+def readout_text(readout: dict) -> str:
+    peak = readout["peak_activations"]
+    return (f"{readout['schedule']}: p={readout['stages']} m={readout['microbatches']} v={readout['chunks']}   "
+            f"makespan {readout['makespan']:.2f}   bubble {100 * readout['bubble_fraction']:.1f} %   "
+            f"peak activations per rank {peak} (micro-batch units)")
+
+
+def explorer_frame(name: str, stages: int, microbatches: int, chunks: int = 1, ratio: float = 2.0,
+                   until: float | None = None):
+    """(figure, readout text) for one position of the knobs; `until` is the step slider's time."""
+    _, trace, readout = explorer_run(name, stages, microbatches, chunks, ratio)
+    fig = draw_gantt(trace, stages, until=until, title=readout_text(readout))
+    return fig, readout_text(readout)
+
+
+def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8, chunks: int = 2,
+                      ratio: float = 2.0):
+    """Knobs → Gantt chart (PNG in an Image widget) + readout; Play/slider walk the timeline."""
+    import ipywidgets as w
+
+    from .widgets import figure_png
+    pick = w.Dropdown(options=NAMES, value=name, description="schedule")
+    p = w.IntSlider(value=stages, min=1, max=8, description="stages p")
+    m = w.IntSlider(value=microbatches, min=1, max=32, description="micro-b. m")
+    v = w.IntSlider(value=chunks, min=1, max=4, description="chunks v")
+    r = w.FloatSlider(value=ratio, min=0.5, max=4.0, step=0.25, description="t_B / t_F")
+    tick = w.IntSlider(value=0, min=0, max=1, description="time")
+    play = w.Play(interval=150)
+    w.jslink((play, "value"), (tick, "value"))
+    image, text = w.Image(format="png"), w.HTML()
+
+    def rebuild(_=None) -> None:  # knobs changed: new schedule, new time range
+        makespan = explorer_run(pick.value, p.value, m.value, v.value, r.value)[2]["makespan"]
+        steps = max(1, round(makespan * v.value * 4))  # quarter-forward ticks
+        tick.max = play.max = steps
+        tick.value = play.value = steps
+        draw()
+
+    def draw(_=None) -> None:
+        makespan = explorer_run(pick.value, p.value, m.value, v.value, r.value)[2]["makespan"]
+        until = makespan * tick.value / max(tick.max, 1)
+        fig, readout = explorer_frame(pick.value, p.value, m.value, v.value, r.value, until)
+        image.value = figure_png(fig)
+        text.value = f"<pre>{readout}</pre>"
+
+    for knob in (pick, p, m, v, r):
+        knob.observe(rebuild, names="value")
+    tick.observe(draw, names="value")
+    rebuild()
+    return w.VBox([w.HBox([pick, r]), w.HBox([p, m, v]), w.HBox([play, tick]), image, text])

@@ -1,0 +1,86 @@
+"""Lesson 4's Gantt charts and explorer: every box is a simulated action, every number the engine's."""
+import ipywidgets as w
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from simlab.sim.pipeline import bubble_fraction, makespan, simulate  # noqa: E402
+from simlab.sim.schedules import make_schedule  # noqa: E402
+from simlab.render.pipeline_view import OP_COLOR, draw_gantt, draw_sim_vs_real, gantt_text  # noqa: E402
+from simlab.render.pipeline_widgets import explorer_frame, explorer_run, fitted, schedule_explorer  # noqa: E402
+from simlab.trace import Event, Trace  # noqa: E402
+
+
+def boxes(ax):
+    return [p for p in ax.patches if p.get_facecolor() != (0, 0, 0, 0)]
+
+
+def test_gantt_text_of_1f1b_by_hand():
+    # p=2, m=2, F=1, B=2: rank 0 F0 F1 waits for 1B0 (ends at 4), B0 at 4-6, B1 waits for 1B1 (ends 7)
+    text = gantt_text(simulate(make_schedule("1f1b", 2, 2)), 2)
+    assert text.splitlines()[:2] == ["rank 0 |F0 F1 .  .  B0 == .  B1 == |",
+                                     "rank 1 |.  F0 B0 == F1 B1 == .  .  |"]
+
+
+def test_gantt_text_names_stages_when_a_rank_holds_several():
+    text = gantt_text(simulate(make_schedule("interleaved", 2, 2, 2), t_f=0.5, t_b=1.0), 2)
+    assert text.startswith("rank 0 |0F0 0F1 2F0 2F1") and "labels = stage, op, micro-batch" in text
+
+
+def test_one_box_per_action_coloured_by_op():
+    plan = make_schedule("zero-bubble", 4, 8)
+    trace = simulate(plan, t_w=1.0)
+    ax = draw_gantt(trace, 4).axes[0]
+    assert len(ax.patches) == sum(len(r) for r in plan) == 4 * 8 * 3
+    colours = {matplotlib.colors.to_hex(p.get_facecolor()) for p in ax.patches}
+    assert colours == {OP_COLOR[op] for op in "FIW"}
+    ys = sorted({round(p.get_y() + p.get_height() / 2) for p in ax.patches})
+    assert ys == [0, 1, 2, 3]  # one row per rank
+
+
+def test_until_draws_only_what_has_started_and_clips_it():
+    trace = simulate(make_schedule("gpipe", 2, 2))  # F 0-1, 1-2 on rank 0; rank 1 F0 at 1-2
+    ax = draw_gantt(trace, 2, until=1.5).axes[0]
+    assert len(ax.patches) == 3  # 0F0, 0F1 (clipped), 1F0 (clipped)
+    assert max(p.get_x() + p.get_width() for p in ax.patches) == pytest.approx(1.5)
+
+
+def test_idle_time_in_the_picture_is_the_bubble():
+    trace = simulate(make_schedule("1f1b", 4, 8))
+    ax = draw_gantt(trace, 4).axes[0]
+    busy = sum(p.get_width() for p in ax.patches)
+    assert 1 - busy / (4 * makespan(trace)) == pytest.approx(bubble_fraction(trace, 4))
+
+
+def test_sim_vs_real_share_one_time_axis():
+    sim = simulate(make_schedule("gpipe", 2, 1), t_f=0.001, t_b=0.002)
+    real = Trace(Event(e.rank, "compute", e.step, name=e.name, start=e.start * 1.5, end=e.end * 1.5) for e in sim)
+    fig = draw_sim_vs_real(sim, real, 2)
+    top, bottom = fig.axes[:2]
+    assert top.get_xlim() == bottom.get_xlim() and len(top.patches) == len(bottom.patches) == 4
+
+
+def test_fitted_moves_impossible_knobs():
+    assert fitted("naive", 4, 8, 3) == (1, 1)
+    assert fitted("interleaved", 4, 6, 2) == (8, 2)
+    assert fitted("1f1b", 4, 6, 3) == (6, 1)
+
+
+def test_explorer_readout_is_the_engines():
+    plan, trace, readout = explorer_run("1f1b", 4, 8, 1, 2.0)
+    assert readout["bubble_fraction"] == bubble_fraction(trace, 4) == pytest.approx(3 / 11)
+    assert readout["peak_activations"] == [4, 3, 2, 1]
+    fig, text = explorer_frame("interleaved", 4, 8, 2, 2.0, until=3.0)
+    assert "bubble 15.8 %" in text and fig.axes[0].lines  # the cursor
+
+
+def test_explorer_widget_builds_and_reacts():
+    box = schedule_explorer("gpipe", 2, 4)
+    assert isinstance(box, w.VBox)
+    knobs = {c.description: c for row in box.children if isinstance(row, w.HBox) for c in row.children
+             if hasattr(c, "description")}
+    image, text = box.children[3], box.children[4]
+    before = text.value
+    knobs["stages p"].value = 4
+    assert text.value != before and "p=4" in text.value and image.value
