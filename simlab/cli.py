@@ -3,6 +3,8 @@
     simlab collective ring-allreduce --ranks 4 --size 1048576 --json   # simulate a plan
     simlab run allreduce --world-size 4 --json                         # run it on real processes
     simlab run ddp --world-size 4 --json                               # train: ours vs torch vs 1 process
+    simlab schedule 1f1b --stages 4 --microbatches 8 --json            # a pipeline schedule, simulated
+(pipeline and tensor-parallel commands: simlab.cli_parallel)
 
 Every subcommand takes --json. Bad arguments are rejected with one line naming the parameter,
 before any process starts.
@@ -14,12 +16,13 @@ import json
 import os
 import sys
 
-from . import _checks
+from . import _checks, cli_parallel
 from .sim.collectives import PLANS
 
 DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
 STRATEGIES = ("dp", "ddp")  # `simlab run dp|ddp` trains; the other names run one collective
 ZERO_RUNS = {"zero1": (1, False), "zero2": (2, False), "zero3": (3, False), "offload": (2, True)}
+PARALLEL_RUNS = ("pp", "tp")  # pipeline and tensor parallel: simlab.cli_parallel
 RUN_NAMES = {"allreduce": "ring-allreduce", "allgather": "ring-all-gather",
              "reducescatter": "ring-reduce-scatter", "broadcast": "broadcast",
              "naive-allreduce": "naive-allreduce"}
@@ -78,6 +81,10 @@ def cmd_run(args) -> dict:
         return cmd_train(args)
     if args.collective in ZERO_RUNS:
         return cmd_zero(args)
+    if args.collective in PARALLEL_RUNS:
+        _checks.check_positive("--timeout", args.timeout)
+        command = cli_parallel.cmd_pp if args.collective == "pp" else cli_parallel.cmd_tp
+        return command(args, _is_printing_rank(), _summary)
     from .exec.compare import run_collective
     from .exec.launch import resolve_backend
 
@@ -195,9 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     col.add_argument("--json", action="store_true", help="print one JSON object")
     col.set_defaults(func=cmd_collective)
     run = sub.add_parser("run", help="run a collective or a data-parallel strategy on real processes")
-    run.add_argument("collective", metavar="what", choices=sorted(RUN_NAMES) + list(STRATEGIES) + list(ZERO_RUNS),
-                     help=f"a collective ({', '.join(sorted(RUN_NAMES))}) or a strategy "
-                          f"({', '.join(STRATEGIES + tuple(ZERO_RUNS))})")
+    strategies = STRATEGIES + tuple(ZERO_RUNS) + PARALLEL_RUNS
+    run.add_argument("collective", metavar="what", choices=sorted(RUN_NAMES) + list(strategies),
+                     help=f"a collective ({', '.join(sorted(RUN_NAMES))}) or a strategy ({', '.join(strategies)})")
     run.add_argument("--world-size", type=int, default=None,
                      help="number of processes (default: $WORLD_SIZE under torchrun, else 4)")
     run.add_argument("--size", type=int, default=1 << 20, help="buffer size in bytes, float32 (default 1 MiB)")
@@ -208,6 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--global-batch", type=int, default=16, help="dp/ddp: samples per step, all ranks (default 16)")
     run.add_argument("--bucket-cap-mb", type=float, default=0.004,
                      help="ddp: bucket size cap in MB (default 0.004: several buckets on the tiny model)")
+    cli_parallel.add_run_options(run)
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.set_defaults(func=cmd_run)
     mem = sub.add_parser("memory", help="per-GPU memory of DP and ZeRO 1/2/3 (+ Offload), the paper's model")
@@ -218,6 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     mem.add_argument("--precision", choices=["mixed", "fp32"], default="mixed", help="mixed: fp16 + fp32 Adam (K=12)")
     mem.add_argument("--json", action="store_true", help="print one JSON object")
     mem.set_defaults(func=cmd_memory)
+    cli_parallel.add_commands(sub, OneLineParser)
     return parser
 
 
