@@ -1,4 +1,4 @@
-"""Checks for the graded exercises of lessons 4 (pipeline) and 5 (tensor parallel).
+"""Checks for the graded exercise of lesson 4 (pipeline parallel); lesson 5's is in `simlab.grading_tp`.
 
 As in `simlab.grading`: each check prints one stable line (✓ or ✗ naming the case), which nbval
 compares; a failing check raises AssertionError so the cell fails.

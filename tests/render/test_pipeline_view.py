@@ -8,7 +8,8 @@ matplotlib.use("Agg")
 from simlab.sim.pipeline import bubble_fraction, makespan, simulate  # noqa: E402
 from simlab.sim.schedules import make_schedule  # noqa: E402
 from simlab.render.pipeline_view import OP_COLOR, draw_gantt, draw_sim_vs_real, gantt_text  # noqa: E402
-from simlab.render.pipeline_widgets import explorer_frame, explorer_run, fitted, schedule_explorer  # noqa: E402
+from simlab.render.pipeline_widgets import (explorer_frame, explorer_run, fitted, real_frame,  # noqa: E402
+                                            schedule_explorer)
 from simlab.trace import Event, Trace  # noqa: E402
 
 
@@ -84,3 +85,23 @@ def test_explorer_widget_builds_and_reacts():
     before = text.value
     knobs["stages p"].value = 4
     assert text.value != before and "p=4" in text.value and image.value
+
+
+def test_real_frame_runs_the_knobs_schedule_beside_its_simulation():
+    fig, text = real_frame("interleaved", 2, 3, 2)  # m rounded up to 4
+    assert text.startswith("interleaved on 2 processes: loss and grads vs one process ✓")
+    top, bottom = fig.axes[:2]
+    assert len(top.patches) == len(bottom.patches) == 2 * 2 * 2 * 4  # p·v stages × F, B × m
+
+
+def test_real_run_button_fills_its_image(monkeypatch):
+    import simlab.render.pipeline_widgets as PW
+    calls = []
+    def fake_real_frame(*knobs):  # no processes in this test: the frame itself is tested above
+        calls.append(knobs)
+        return draw_gantt(simulate(make_schedule("gpipe", 2, 4)), 2), "summary"
+    monkeypatch.setattr(PW, "real_frame", fake_real_frame)
+    box = schedule_explorer("gpipe", 2, 4, chunks=1)
+    button, image, text = box.children[5:8]
+    button.click()
+    assert calls == [("gpipe", 2, 4, 1)] and image.value and "summary" in text.value and not button.disabled

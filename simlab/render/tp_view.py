@@ -1,0 +1,177 @@
+"""Lesson 5's pictures of tensor parallelism (张量并行 TP): who holds which slice of a weight, which input
+each rank sees, how the pieces combine, and where the f and g collectives sit in a block.
+
+- `draw_split`: X · W = Y for one `split_linear` result, every rank's shard in its own colour. Column
+  split: X is whole on every rank (grey), each rank makes a block of Y's columns — concatenated.
+  Row split: each rank sees a block of X's columns, makes a whole-size partial Y — summed.
+- `draw_mlp_shards`: A and B of GeLU(X·A)·B coloured by the chosen splits (the explorer's picture).
+- `draw_tp_steps`: a block's forward (down, left) and backward (up, right) from `block_steps`, f and g
+  marked, the collectives in orange; the real run's counted collectives beside the plan's.
+
+Layouts come from `simlab.sim.tensor_parallel` (`shard_plan`, `split_linear`, `block_steps`); this
+module only draws them. Each function returns a matplotlib Figure (no pyplot state).
+
+    >>> shard_owner(shard_plan("row", 2, (4, 6)), 3, 5)  # W[3, 5]: rows 2:4 are rank 1's
+    1
+"""
+from __future__ import annotations
+
+from ..sim.tensor_parallel import COMBINE, shard_plan
+from .mpl import _new_ax
+
+RANK_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
+SHARED_COLOR = "#bdbdbd"  # whole on every rank
+SUM_COLOR = "#f2e6a7"  # Y after the all-reduce: every rank's partial added in
+STEP_COLOR = {"local": "#dbe6f4", "identity": "#fde9d6", "comm": "#f28e2b"}
+
+
+def rank_color(rank: int) -> str:
+    return RANK_COLORS[rank % len(RANK_COLORS)]
+
+
+def owner(ranges, i: int) -> int:
+    """The rank whose [start, stop) range holds index i."""
+    return next(r for r, (a, b) in enumerate(ranges) if a <= i < b)
+
+
+def shard_owner(plan, i: int, j: int) -> int:
+    """The rank whose slice of W (a `ShardPlan`) holds W[i, j]."""
+    return next(r for r, ((r0, r1), (c0, c1)) in enumerate(zip(plan.rows, plan.cols)) if r0 <= i < r1 and c0 <= j < c1)
+
+
+def _style(r) -> tuple[str, str]:
+    """A cell's colour and gid: r is a rank, None (whole on every rank) or "sum" (partials added)."""
+    if r is None:
+        return SHARED_COLOR, "all"
+    return (SUM_COLOR, "sum") if r == "sum" else (rank_color(r), f"rank {r}")
+
+
+def _grid(ax, x0: float, top: float, shape, who, label: str, cell: float) -> float:
+    """A matrix as cells, coloured by who(i, j) (see `_style`); gid "<name> <owner>". Returns its right edge."""
+    from matplotlib.patches import Rectangle
+    rows, cols = shape
+    for i in range(rows):
+        for j in range(cols):
+            color, gid = _style(who(i, j))
+            ax.add_patch(Rectangle((x0 + j * cell, top - (i + 1) * cell), cell, cell, facecolor=color,
+                                   edgecolor="white", linewidth=0.5, gid=f"{label.split()[0]} {gid}"))
+    ax.text(x0 + cols * cell / 2, top + 0.1, label, ha="center", va="bottom", fontsize=9)
+    return x0 + cols * cell
+
+
+def _sign(ax, x: float, y: float, s: str) -> float:
+    ax.text(x + 0.25, y, s, ha="center", va="center", fontsize=14)
+    return x + 0.5
+
+
+def _legend(ax, ranks: int, extra: dict) -> None:
+    from matplotlib.patches import Patch
+    handles = [Patch(facecolor=rank_color(r), label=f"rank {r}") for r in range(ranks)]
+    handles += [Patch(facecolor=c, label=name) for name, c in extra.items()]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(handles), 6),
+              fontsize=8, frameon=False)
+
+
+def draw_split(split, ax=None):
+    """X · W = Y of a `split_linear` result: W's shards, the input each rank sees, and the combine step."""
+    plan = split.plan
+    b, (k, n) = split.inputs[0].shape[0], plan.shape  # X (b, in), W (in, out)
+    cell = min(0.3, 4.0 / max(b, k, n))
+    col = plan.kind == "column"
+    row_h = max(b, k) * cell
+    parts_h = 0 if col else plan.ranks * (b * cell + 0.35)
+    ax = _new_ax(ax, (1.0 + 1.3 * (k + k + n) * cell + 1.0, 1.0 + 1.3 * max(row_h, b * cell + parts_h)))
+    x = _grid(ax, 0, 0, (b, k), lambda i, j: None if col else owner(plan.rows, j), "X (b, in)", cell)
+    x = _grid(ax, _sign(ax, x, -b * cell / 2, "×"), 0, (k, n),
+              lambda i, j: shard_owner(plan, i, j), "W (in, out)", cell)
+    x0 = _sign(ax, x, -b * cell / 2, "=")
+    _grid(ax, x0, 0, (b, n), lambda i, j: owner(plan.cols, j) if col else "sum",
+          "Y (concat)" if col else "Y (sum)", cell)
+    if not col:  # the partials each rank makes, whole-size, that the all-reduce adds
+        for r in range(plan.ranks):
+            top = -b * cell - 0.35 - r * (b * cell + 0.35)  # stacked under Y
+            _grid(ax, x0, top, (b, n), lambda i, j, r=r: r, f"partial {r}", cell)
+            ax.text(x0 - 0.15, top - b * cell / 2, "+" if r else "=", ha="right", va="center", fontsize=11)
+    ax.set_xlim(-0.2, x0 + n * cell + 0.2)
+    ax.set_ylim(-max(row_h, b * cell + parts_h) - 0.2, 0.6)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(f"{plan.kind}-parallel on {plan.ranks} ranks: combine by {COMBINE[plan.kind]}", fontsize=10)
+    _legend(ax, plan.ranks, {"every rank": SHARED_COLOR} if col else {"sum of partials": SUM_COLOR})
+    return ax.figure
+
+
+def draw_mlp_shards(a_split: str, b_split: str, ranks: int, hidden: int, ffn: int, ax=None, title=None):
+    """A (hidden, ffn) and B (ffn, hidden) of GeLU(X·A)·B, each cell in the colour of the rank holding it."""
+    plans = [shard_plan(a_split, ranks, (hidden, ffn)), shard_plan(b_split, ranks, (ffn, hidden))]
+    cell = min(0.25, 5.0 / max(hidden, ffn))
+    ax = _new_ax(ax, (1.5 + 1.4 * (hidden + ffn) * cell + 1.0, 1.2 + 1.4 * max(hidden, ffn) * cell))
+    x = 0.0
+    for name, plan in zip("AB", plans):
+        x = _grid(ax, x, 0, plan.shape, lambda i, j, p=plan: shard_owner(p, i, j),
+                  f"{name} by {plan.kind}s {plan.shape}", cell)
+        x = _sign(ax, x + 0.1, -min(hidden, ffn) * cell / 2, "GeLU →" if name == "A" else "") + 0.3
+    ax.set_xlim(-0.2, x)
+    ax.set_ylim(-max(hidden, ffn) * cell - 0.2, 0.6)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(title or f"GeLU(X·A)·B on {ranks} ranks", fontsize=10)
+    _legend(ax, ranks, {})
+    return ax.figure
+
+
+def step_kind(step) -> str:
+    """'comm' (runs a collective), 'identity' (f or g in the direction where it does nothing) or 'local'."""
+    if step.collective != "none":
+        return "comm"
+    return "identity" if step.name in ("f", "g") else "local"
+
+
+def _box_label(step) -> str:
+    what = step.compute if len(step.compute) <= 44 else step.compute[:41] + "…"
+    if step.collective != "none":
+        return f"{step.name}: {step.collective}, {step.bytes_sent[0]} B/rank\n{what}"
+    return f"{step.name}\n{what}" if step.name in ("f", "g") else what
+
+
+def draw_tp_steps(steps, current: int | None = None, real: dict | None = None, ax=None, title=None):
+    """Forward down the left column, backward up the right (f's and g's two halves face each other).
+
+    `current` outlines one step (the player); `real` (a `run_tp` result) adds its counted collectives.
+    """
+    from matplotlib.patches import FancyBboxPatch
+    fwd = [i for i, s in enumerate(steps) if s.phase == "forward"]
+    bwd = [i for i, s in enumerate(steps) if s.phase == "backward"]
+    ax = _new_ax(ax, (11, 1.0 + 1.0 * max(len(fwd), len(bwd))))
+    place = {i: (0.0, -row) for row, i in enumerate(fwd)}  # forward top-down; backward bottom-up beside it
+    place |= {i: (6.0, -(len(bwd) - 1 - row)) for row, i in enumerate(bwd)}
+    for i, (x, y) in place.items():
+        s, kind = steps[i], step_kind(steps[i])
+        ax.add_patch(FancyBboxPatch((x, y - 0.35), 5.0, 0.7, boxstyle="round,pad=0.02", gid=f"step-{kind}",
+                                    facecolor=STEP_COLOR[kind], edgecolor="black" if i == current else "#999999",
+                                    linewidth=2.5 if i == current else 0.8))
+        ax.text(x + 2.5, y, _box_label(s), ha="center", va="center", fontsize=8,
+                fontweight="bold" if kind == "comm" else "normal")
+    for order, sign in ((fwd, -1), (bwd, 1)):
+        for a, b in zip(order, order[1:]):  # the direction the data flows
+            (xa, ya), (xb, yb) = place[a], place[b]
+            ax.annotate("", xy=(xb + 2.5, yb - sign * 0.36), xytext=(xa + 2.5, ya + sign * 0.36),
+                        arrowprops={"arrowstyle": "-|>", "color": "#666666"})
+    rows = max(len(fwd), len(bwd))
+    ax.text(2.5, 0.55, "forward ↓", ha="center", fontsize=10, fontweight="bold")
+    ax.text(8.5, 0.55, "backward ↑", ha="center", fontsize=10, fontweight="bold")
+    if real is not None:
+        ax.text(5.5, -rows + 0.2, real_counts_line(real), ha="center", va="top", fontsize=9, color="#2ca02c")
+    ax.set_xlim(-0.2, 11.2)
+    ax.set_ylim(-rows - 0.3, 0.9)
+    ax.axis("off")
+    ax.set_title(title or "f and g: one all-reduce forward (g), one backward (f)", fontsize=10)
+    return ax.figure
+
+
+def real_counts_line(real: dict) -> str:
+    """The real run's counted all-reduces and bytes beside the plan's (both numbers from `run_tp`)."""
+    return (f"real run, {real['world_size']} processes: forward all-reduce ×{real['allreduce_calls_forward']} "
+            f"(plan {real['plan_allreduce_calls_forward']}), backward ×{real['allreduce_calls_backward']} "
+            f"(plan {real['plan_allreduce_calls_backward']}); bytes sent per rank {real['bytes_sent_per_rank']} "
+            f"(plan {real['plan_bytes_sent_per_rank']})")
