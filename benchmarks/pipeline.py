@@ -10,7 +10,7 @@ Section "schedule": interleaved 1F1B with p=32 ranks, m=256 micro-batches, v=4 c
 Prints the median of --repeats runs and speed-up = torch / ours (target ≥ 3). Before timing it checks
 that both produce the same order, action for action.
 Section "step": a real training step of our executor vs torch.distributed.pipelining (ours/torch).
-Section "bubble": a real run's bubble fraction vs the simulator fed its measured per-stage times.
+Section "bubble": a real run's bubble fraction vs the simulator fed its measured per-action times.
 
 torch needs stage objects: rank 0's four real `PipelineStage`s (nn.Identity, CPU) on a 32-rank
 process group of torch's "fake" backend (torch.testing._internal.distributed.fake_pg), which lives
@@ -126,14 +126,14 @@ def print_step(row: dict) -> None:
 
 
 def bubble_section(repeats: int = 5) -> dict:
-    """The measured bubble of a real run beside the simulator's fed that run's per-stage times
+    """The measured bubble of a real run beside the simulator's fed that run's per-action times
     (simlab.exec.pipeline_parity.compare_bubbles); the issue's target: within 10 %."""
     from simlab.exec.pipeline_parity import compare_bubbles
     return {"runs": [compare_bubbles(name, 4, 8, v, steps=max(repeats, 3)) for name, v in STEP_RUNS]}
 
 
 def print_bubble(row: dict) -> None:
-    print("\nbubble fraction, 4 gloo ranks, m=8: real vs simulated with the real run's per-stage times")
+    print("\nbubble fraction, 4 gloo ranks, m=8: real vs simulated with the real run's per-action times")
     print(f"{'schedule':<13} {'measured':>9} {'simulated':>10} {'rel. error':>11}")
     for r in row["runs"]:
         print(f"{r['schedule_name']:<13} {r['measured_bubble_fraction']:>9.3f} "

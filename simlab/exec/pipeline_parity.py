@@ -197,7 +197,7 @@ def compare_bubbles(schedule="1f1b", world_size: int = 4, microbatches: int = 8,
                     hidden: int = 512, microbatch_size: int = 128, steps: int = 4, seed: int = 0,
                     timeout: float = 120.0) -> dict:
     """The issue's check, for the benchmark and the lesson: a real run's bubble fraction beside the
-    simulator's fed that run's mean per-stage times and hand-over latency. Sized so one forward takes
+    simulator's fed that run's per-action times and hand-over latency. Sized so one forward takes
     milliseconds (timing noise and Python overhead small) while the run still takes a second or two.
     No unit test asserts on it: timings depend on the machine (4 ranks on 2 shared cores stretch
     every wait)."""
