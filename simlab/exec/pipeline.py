@@ -11,7 +11,9 @@ Receives are posted up front and waited when needed, sends are waited lazily: an
 dependencies are satisfiable runs without deadlock, whatever order it picks. Neighbour stages on the
 same rank hand over in memory. Every action lands in the trace as
 ``Event(rank, "compute", step=<index in the rank's list>, name="2F0", start, end)`` — the very shape
-`simlab.sim.pipeline.simulate` emits, so a real trace and a simulated one compare with one `==`.
+`simlab.sim.pipeline.simulate` emits, so a real trace and a simulated one compare with one `==`. An
+event runs from the end of waiting for its input to the moment its output's send is posted: the rank
+is busy all that time, so the gaps between events are exactly the bubble the simulator predicts.
 Run it: see `simlab.exec.pipeline_parity.run_pipeline`.
 """
 from __future__ import annotations
@@ -121,9 +123,9 @@ class PipelineRank:
             out = loss_fn(out, self.y[j]) / self.m
             self.losses[j] = out.item()
         self.saved[(s, j)] = (inp, out)
-        self.mark(start)
         if s < self.S - 1:
             self.give(ACT, s + 1, j, out.detach())
+        self.mark(start)  # posting the send is the rank's work too, not idle time
 
     def output_grad(self, s: int, j: int):
         return None if s == self.S - 1 else self.take(GRAD, s, j)  # last stage: d(loss)/d(loss) = 1
@@ -134,9 +136,9 @@ class PipelineRank:
         start = time.perf_counter()
         inp, out = self.saved.pop((s, j))
         torch.autograd.backward(out, grad)  # weight grads accumulate into .grad, and inp.grad is set
-        self.mark(start)
         if s > 0:
             self.give(GRAD, s - 1, j, inp.grad)
+        self.mark(start)
 
     def backward_input(self, a: Action) -> None:
         s, j = a.stage, a.mb
@@ -147,9 +149,9 @@ class PipelineRank:
         if s > 0:  # retain_graph: W walks the same graph later for the weights
             (grad_in,) = torch.autograd.grad(out, inp, grad, retain_graph=True)  # (b, h)
         self.for_w[(s, j)] = grad
-        self.mark(start)
         if grad_in is not None:
             self.give(GRAD, s - 1, j, grad_in)
+        self.mark(start)
 
     def backward_weight(self, a: Action) -> None:
         s, j = a.stage, a.mb
