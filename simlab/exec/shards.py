@@ -64,8 +64,25 @@ def into_rows(rows: torch.Tensor, tensors) -> None:
 
 def from_rows(rows: torch.Tensor, tensors) -> None:
     """The inverse of into_rows: copy `rows` (N, S) back into `tensors`, skipping the padding."""
+    for t in tensors:
+        if not t.is_contiguous():  # reshape(-1) would be a copy: the write would land nowhere
+            raise ValueError(f"tensors: a {tuple(t.shape)} tensor is not contiguous; from_rows writes in place")
     for piece, flat, off in _row_pieces(rows, tensors):
         flat[off:off + piece.numel()].copy_(piece)
+
+
+def own_block(tensors, rank: int, size: int) -> torch.Tensor:
+    """Row `rank` of into_rows(tensors) as a new (S,) tensor, without building the other N−1 rows."""
+    first = tensors[0]
+    out = torch.zeros(size, dtype=first.dtype, device=first.device)  # (S,): the tail stays padding
+    lo_row, at = rank * size, 0
+    for t in tensors:
+        flat = t.detach().reshape(-1)
+        lo, hi = max(at, lo_row), min(at + flat.numel(), lo_row + size)  # overlap with our row
+        if lo < hi:
+            out[lo - lo_row:hi - lo_row] = flat[lo - at:hi - at]
+        at += flat.numel()
+    return out
 
 
 def new_rows(numel: int, world_size: int, device) -> torch.Tensor:

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from ..trace import Event
-from .shards import all_gather, from_rows, into_rows, new_rows, padded_flat, reduce_scatter_mean, shard_size
+from .shards import all_gather, from_rows, into_rows, new_rows, own_block, reduce_scatter_mean, shard_size
 
 HOST = torch.device("cpu")  # where offloaded state lives; on a GPU machine this is a real device→host copy
 
@@ -36,6 +36,10 @@ def adam_update(param, grad, exp_avg, exp_avg_sq, step: int, lr: float, betas=(0
     step_size = lr / (1 - beta1 ** step)  # bias corrections: m and v start at 0
     denom = (exp_avg_sq.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
     param.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
 
 
 class Recorder:
@@ -81,7 +85,7 @@ class _GatheredLinear(torch.autograd.Function):
         rows = full.new_empty(layer.world_size, full.numel() // layer.world_size)  # (N, S) full grads, transient
         into_rows(rows, [grad_w, grad_b])
         grad_shard = layer.rec.timed("comm", f"reduce-scatter L{layer.index}", lambda: reduce_scatter_mean(
-            rows, layer.world_size).clone(), 4 * rows.numel())  # clone: keep S, not the whole (N, S)
+            rows, layer.world_size).clone(), _nbytes(rows))  # clone: keep S, not the whole (N, S)
         return grad_x, grad_shard, None  # autograd puts grad_shard into shard.grad: (S,)
 
 
@@ -93,15 +97,13 @@ class ShardedLinear(nn.Module):
         self.index, self.rank, self.world_size, self.rec = index, rank, world_size, rec
         self.shape = tuple(linear.weight.shape)  # (out, in)
         self.numel = linear.weight.numel() + linear.bias.numel()  # P
-        s = shard_size(self.numel, world_size)
-        flat = padded_flat([linear.weight.detach(), linear.bias.detach()], s * world_size)  # (N·S,)
-        self.shard = nn.Parameter(flat[rank * s:(rank + 1) * s].clone())  # (S,): clone, or flat stays alive
+        self.shard = nn.Parameter(own_block([linear.weight, linear.bias], rank, shard_size(self.numel, world_size)))
 
     def gather(self) -> torch.Tensor:
         rows = self.shard.new_empty(self.world_size, self.shard.numel())  # (N, S)
         rows[self.rank] = self.shard.detach()
         return self.rec.timed("comm", f"all-gather L{self.index}", lambda: all_gather(rows, self.world_size),
-                              4 * rows.numel()).view(-1)  # (N·S,)
+                              _nbytes(rows)).view(-1)  # (N·S,)
 
     def free(self, full: torch.Tensor) -> None:
         # resize_(0) releases the storage now, even while views of it are still referenced
@@ -125,6 +127,8 @@ class ZeroAdam:
 
     def __init__(self, model: nn.Sequential, stage: int, rank: int, world_size: int, lr: float = 1e-3,
                  offload: bool = False):
+        if stage not in (1, 2, 3) or offload and stage == 1:
+            raise ValueError(f"stage={stage!r}, offload={offload!r}: stages 1, 2, 3; offload needs stage 2 or 3")
         self.model, self.stage, self.offload, self.lr = model, stage, offload, lr
         self.rank, self.n, self.t, self.rec = rank, world_size, 0, Recorder(rank)
         self.layers = [(i, m) for i, m in enumerate(model) if isinstance(m, nn.Linear)]
@@ -152,8 +156,7 @@ class ZeroAdam:
         i, m = self.layers[k]
         if self.stage == 3:
             return self.model[i].shard.detach()
-        s = self.sizes[k]
-        return padded_flat([m.weight.detach(), m.bias.detach()], s * self.n)[self.rank * s:(self.rank + 1) * s]
+        return own_block([m.weight, m.bias], self.rank, self.sizes[k])
 
     def _ready(self, k: int) -> None:
         self._pending[k] -= 1
@@ -167,7 +170,7 @@ class ZeroAdam:
         rows = new_rows(m.weight.numel() + m.bias.numel(), self.n, m.weight.device)  # (N, S)
         into_rows(rows, [m.weight.grad, m.bias.grad])
         shard = self.rec.timed("comm", f"reduce-scatter L{k}", lambda: reduce_scatter_mean(rows, self.n).clone(),
-                               4 * rows.numel())  # clone: keep S, not the whole (N, S)
+                               _nbytes(rows))  # clone: keep S, not the whole (N, S)
         if self.stage == 2:
             m.weight.grad = m.bias.grad = None  # ZeRO-2's saving: no full grad outlives its layer's backward
         self.grad_shards[k] = shard.to(HOST, copy=True) if self.offload else shard  # device → host
@@ -188,7 +191,7 @@ class ZeroAdam:
             into_rows(self._block(k), [m.weight.grad, m.bias.grad])
         names = " ".join(f"L{k}" for k in reversed(range(len(self.sizes))))  # backward order, as simulated
         shard = self.rec.timed("comm", f"reduce-scatter {names}", lambda: reduce_scatter_mean(
-            self._bucket, self.n), 4 * self._bucket.numel())  # (ΣS,): a view of our row
+            self._bucket, self.n), _nbytes(self._bucket))  # (ΣS,): a view of our row
         self.grad_shards = [shard[o:o + s] for o, s in zip(self.offsets, self.sizes)]  # (S_k,) each
 
     def _block(self, k: int) -> torch.Tensor:
@@ -197,7 +200,6 @@ class ZeroAdam:
     @torch.no_grad()
     def step(self) -> None:
         self.t += 1
-        updated = []  # stage 1: the updated own blocks, gathered at once after the loop
         if self.stage == 1:
             self._reduce_all()
         for k in range(len(self.sizes)):
@@ -208,23 +210,19 @@ class ZeroAdam:
             param = self.master[k] if self.offload else self._own_shard(k)  # (S,)
             self.rec.timed("compute", f"step L{k}", lambda: adam_update(
                 param, grad, self.exp_avg[k], self.exp_avg_sq[k], self.t, self.lr))
-            if self.stage == 1:
-                updated.append(param)
+            if self.stage == 1:  # into our row of the bucket: this layer's grad shard there is used up
+                self._block(k)[self.rank] = param
             else:
                 self._write_back(k, param)
         if self.stage == 1:
-            self._gather_all(updated)
+            self._gather_all()
             self.grad_shards = [None] * len(self.sizes)  # transient in stage 1: the full grads are kept
         self.rec.step += 1
 
-    def _gather_all(self, shards) -> None:
-        """Stage 1: every layer's updated own block in ONE all-gather, in place in the bucket."""
-        row = self._bucket[self.rank]  # (ΣS,): our reduced grads, no longer needed
-        for k, shard in enumerate(shards):
-            row[self.offsets[k]:self.offsets[k] + self.sizes[k]] = shard
-        names = " ".join(f"L{k}" for k in range(len(shards)))
-        self.rec.timed("comm", f"all-gather {names}", lambda: all_gather(self._bucket, self.n),
-                       4 * self._bucket.numel())
+    def _gather_all(self) -> None:
+        """Stage 1: every layer's updated own block (our row of the bucket) in ONE all-gather, in place."""
+        names = " ".join(f"L{k}" for k in range(len(self.sizes)))
+        self.rec.timed("comm", f"all-gather {names}", lambda: all_gather(self._bucket, self.n), _nbytes(self._bucket))
         for k, (_, m) in enumerate(self.layers):
             from_rows(self._block(k), [m.weight, m.bias])
         self._bucket = None  # transient: a second full-size buffer only during step()
@@ -237,7 +235,7 @@ class ZeroAdam:
             return
         rows = new_rows(m.weight.numel() + m.bias.numel(), self.n, m.weight.device)  # (N, S)
         rows[self.rank] = param  # host → device when offloading
-        self.rec.timed("comm", f"all-gather L{k}", lambda: all_gather(rows, self.n), 4 * rows.numel())
+        self.rec.timed("comm", f"all-gather L{k}", lambda: all_gather(rows, self.n), _nbytes(rows))
         from_rows(rows, [m.weight, m.bias])
 
     def memory(self) -> dict:

@@ -11,7 +11,7 @@ from simlab.exec.launch import launch
 from simlab.exec.zero_parity import run_zero
 
 TOL = 1e-5  # fp32: the grads are summed in another order, nothing more
-SIZES = (5, 7, 3)  # layers of 42 and 24 params: neither divides by 4, so padding is exercised
+SIZES = (5, 7, 3)  # layers of 42 and 24 params: 42 is padded at n = 4 (S = 11); test_shards covers the rest
 CASES = [(1, False, 2), (1, False, 4), (2, False, 2), (2, False, 4), (3, False, 2), (3, False, 4),
          (2, True, 4), (3, True, 4)]
 
