@@ -78,7 +78,8 @@ def run(world_size: int = 4, block: str = "mlp", batch: int = 4, seq: int = 128,
         heads: int = 8, steps: int = 20, warmup: int = 3) -> dict:
     load = os.getloadavg()[0]  # the load before our ranks add theirs
     import torch.distributed.tensor.parallel  # noqa: F401  lazy modules: import once, every forked rank inherits
-    ranks = launch(_worker, world_size, block, batch, seq, hidden, heads, steps, warmup, timeout=1800)
+    ranks = launch(_worker, world_size, block, batch, seq, hidden, heads, steps, warmup, backend="gloo",
+                   timeout=1800)  # CPU tensors and a "cpu" mesh: gloo even where GPUs exist
     slowest = {name: [max(r["times"][name][i] for r in ranks) for i in range(steps)] for name in CONTENDERS}
     median = {name: statistics.median(ts) * 1e3 for name, ts in slowest.items()}
     paired = sorted(o / t for o, t in zip(slowest["ours"], slowest["torch-dtensor"]))  # back-to-back steps

@@ -30,7 +30,7 @@ EXACT = 1e-12  # float64, partial sums added in another order: exact up to round
 def _verdict(error: float) -> str:
     if error < EXACT:
         return "exact (max error < 1e-12)"
-    return (f"WRONG without the all-reduce before GeLU: max error {error:.3g} "
+    return (f"WRONG without summing X·A before GeLU: max error {error:.3g} "
             "(GeLU(XA₁ + XA₂) ≠ GeLU(XA₁) + GeLU(XA₂))")
 
 

@@ -180,7 +180,9 @@ def bytes_per_rank(steps) -> list[int]:
 def _check_mlp(ranks, x, a, b):
     check_ranks("ranks", ranks)
     x, a = _check_xw(x, a)
-    _check_xw(np.zeros((1, a.shape[1])), b)  # B must be (ffn, ·)
+    b = np.asarray(b)
+    if b.ndim != 2 or b.shape[0] != a.shape[1] or 0 in b.shape:
+        raise ValueError(f"b.shape={b.shape}: must be (ffn, out) with ffn = a.shape[1] = {a.shape[1]} rows")
     return (np.asarray(m, dtype=np.float64) for m in (x, a, b))
 
 
@@ -242,8 +244,8 @@ def layer_comm(ranks: int, batch: int, seq: int, hidden: int, itemsize: int = 2,
     check_choice("sequence_parallel", sequence_parallel, (False, True))
     if sequence_parallel:
         check_divisible("seq", seq, ranks)
-        fwd = [("all-gather", "ḡ {}"), ("reduce-scatter", "g {}")]
-        bwd = [("all-gather", "g {} backward"), ("reduce-scatter", "ḡ {} backward")]
+        fwd = [("all-gather", "g {}"), ("reduce-scatter", "ḡ {}")]  # Korthikanti et al. 2022: g gathers the
+        bwd = [("all-gather", "ḡ {} backward"), ("reduce-scatter", "g {} backward")]  # sequence, ḡ scatters it
     else:
         fwd, bwd = [("all-reduce", "g {}")], [("all-reduce", "f {} backward")]
     order = [("forward", fwd, "attention"), ("forward", fwd, "mlp"), ("backward", bwd, "mlp"), ("backward", bwd, "attention")]

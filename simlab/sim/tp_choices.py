@@ -13,18 +13,19 @@ from __future__ import annotations
 
 import numpy as np
 
-from .collectives import ring_all_gather, ring_all_reduce
+from .collectives import ring_all_gather, ring_all_reduce, ring_reduce_scatter
 from .tensor_parallel import broken_mlp, gelu, megatron_mlp, split_linear
 
 TOKENS, HIDDEN, FFN, ITEMSIZE = 8, 8, 32, 4  # the explorer's MLP: ffn = 4·hidden, as in GPT
-_RING = {"all-reduce": ring_all_reduce, "all-gather": ring_all_gather}
+_RING = {"all-reduce": ring_all_reduce, "all-gather": ring_all_gather, "reduce-scatter": ring_reduce_scatter}
 
 # what each choice must communicate in the forward: (where, collective, tensor, its size in (tokens, ·))
 SYNCS = {
     ("column", "row"): [("g, after B", "all-reduce", "partial Z", "hidden")],
     ("column", "column"): [("between A and B", "all-gather", "GeLU(X·A)", "ffn"),
                            ("after B", "all-gather", "Z columns", "hidden")],
-    ("row", "row"): [("before GeLU", "all-reduce", "partial X·A", "ffn"),
+    # B by rows needs only this rank's column block of GeLU(X·A): a reduce-scatter of X·A is enough
+    ("row", "row"): [("before GeLU", "reduce-scatter", "partial X·A", "ffn"),
                      ("after B", "all-reduce", "partial Z", "hidden")],
     ("row", "column"): [("before GeLU", "all-reduce", "partial X·A", "ffn"),
                         ("after B", "all-gather", "Z columns", "hidden")],

@@ -90,10 +90,13 @@ def test_other_choices_cost_more_and_row_a_is_wrong(ranks):
     assert error > 0.1  # GeLU of partial sums: far off, not rounding
     for b_split in ("column", "row"):
         rows = sync_rows("row", b_split, ranks)
-        assert rows[0]["where"] == "before GeLU" and rows[0]["collective"] == "all-reduce"
+        # B by rows only needs its own column block of GeLU(X·A): a reduce-scatter; B by columns all of it
+        want = {"row": ("reduce-scatter", (ranks - 1) * TOKENS * FFN * 4 // ranks),
+                "column": ("all-reduce", 2 * (ranks - 1) * TOKENS * FFN * 4 // ranks)}[b_split]
+        assert (rows[0]["where"], rows[0]["collective"], rows[0]["bytes/rank"]) == ("before GeLU", *want)
         assert sum(r["bytes/rank"] for r in rows) > megatron
         text = mlp_split_frame("row", b_split, ranks, figure=False)[1]
-        assert f"WRONG without the all-reduce before GeLU: max error {error:.3g}" in text
+        assert f"WRONG without summing X·A before GeLU: max error {error:.3g}" in text
 
 
 def test_one_rank_is_always_exact():

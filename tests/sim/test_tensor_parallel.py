@@ -140,6 +140,10 @@ def test_layer_traffic_closed_form(ranks, itemsize):
     assert [st.collective for st in sp] == ["all-gather", "reduce-scatter"] * 4
     assert all(st.bytes_sent == (per_allreduce // 2,) * ranks for st in sp)
     assert bytes_per_rank(sp) == bytes_per_rank(steps) == [4 * per_allreduce] * ranks
+    # Korthikanti et al. 2022, Fig. 5: g = all-gather forward / reduce-scatter backward, ḡ the conjugate
+    assert [(st.phase, st.name.split()[0], st.collective) for st in sp[:2] + sp[4:6]] == [
+        ("forward", "g", "all-gather"), ("forward", "ḡ", "reduce-scatter"),
+        ("backward", "ḡ", "all-gather"), ("backward", "g", "reduce-scatter")]
 
 
 def test_uneven_buffer_total_traffic():
@@ -166,7 +170,7 @@ def test_block_steps_attention_and_mlp_move_the_same_bytes():
     (lambda: split_linear("row", 2, ints(3, 5), ints(4, 4)), "x.shape=(3, 5)"),
     (lambda: split_linear("row", 2, ints(0, 4), ints(4, 4)), "x.shape=(0, 4)"),
     (lambda: megatron_mlp(4, floats(2, 4), floats(4, 6), floats(6, 4)), "shape[1]=6"),
-    (lambda: megatron_mlp(2, floats(2, 4), floats(4, 6), floats(5, 4)), "x.shape=(1, 6)"),
+    (lambda: megatron_mlp(2, floats(2, 4), floats(4, 6), floats(5, 4)), "b.shape=(5, 4): must be (ffn, out) with ffn = a.shape[1] = 6 rows"),
     (lambda: megatron_mlp(0, floats(2, 4), floats(4, 6), floats(6, 4)), "ranks=0"),
     (lambda: attention_split(4, floats(1, 2, 8), *[floats(8, 8)] * 4, heads=2), "heads=2: must be divisible by ranks=4"),
     (lambda: attention_split(2, floats(1, 2, 6), *[floats(6, 6)] * 4, heads=4), "hidden=6: must be divisible by heads=4"),
