@@ -66,14 +66,24 @@ def make_input(batch: int, seq: int, hidden: int, seed: int = 0):
     return torch.randn(batch, seq, hidden, generator=gen), torch.randn(batch, seq, hidden, generator=gen)
 
 
-def forward_backward(module: nn.Module, x, grad_out) -> dict:
-    """Output, dX and every parameter's gradient (DTensor gradients made whole) after one backward."""
+def forward_backward(module: nn.Module, x, grad_out, count: bool = False) -> dict:
+    """Output, dX and every parameter's gradient (DTensor gradients made whole) after one backward.
+    count=True also returns under "comm" the collectives torch saw, per phase (CommDebugMode): an
+    independent count of what our wrappers say they issued."""
+    from contextlib import nullcontext
     x = x.clone().requires_grad_(True)
-    out = module(x)  # (b, s, h)
-    out.backward(grad_out)
+    if count:
+        from torch.distributed.tensor.debug import CommDebugMode
+    fwd, bwd = (CommDebugMode(), CommDebugMode()) if count else (nullcontext(), nullcontext())
+    with fwd:
+        out = module(x)  # (b, s, h)
+    with bwd:
+        out.backward(grad_out)
     grads = {n: p.grad.full_tensor() if hasattr(p.grad, "full_tensor") else p.grad
              for n, p in module.named_parameters()}
-    return {"out": out.detach(), "x.grad": x.grad, **grads}
+    comm = {f"{phase} {getattr(op, '__name__', op)}": n for phase, mode in (("forward", fwd), ("backward", bwd))
+            for op, n in (mode.get_comm_counts().items() if count else ())}  # e.g. "backward all_reduce"
+    return {"out": out.detach(), "x.grad": x.grad, **grads, **({"comm": comm} if count else {})}
 
 
 def check_tp(world_size, block, batch, seq, hidden, heads, ffn) -> None:
@@ -95,10 +105,10 @@ def tp_worker(rank: int, world_size: int, block: str, batch: int, seq: int, hidd
     full = make_block(block, hidden, heads, ffn, seed)
     x, grad_out = make_input(batch, seq, hidden, seed)
     par = (ParallelMLP if block == "mlp" else ParallelSelfAttention).from_full(full, rank, world_size)
-    ours = forward_backward(par, x, grad_out)
+    ours = forward_backward(par, x, grad_out, count=True)
     result = {"out": ours["out"], "x.grad": ours["x.grad"], "shards": par.grad_shards(),
               "calls": {f"{phase} {op}": n for (phase, op), n in par.stats.calls.items()},
-              "bytes_sent": par.stats.bytes_sent}
+              "calls_seen_by_torch": ours["comm"], "bytes_sent": par.stats.bytes_sent}
     if compare_torch:
         result["torch"], result["torch_calls"] = torch_tp(block, full, x, grad_out, world_size)
     del par
@@ -118,21 +128,11 @@ def torch_tp(block: str, full: nn.Module, x, grad_out, world_size: int):
     """torch's own TP: parallelize_module with ColwiseParallel into RowwiseParallel, on a 1-D CPU mesh.
     Also returns its collectives per phase, as CommDebugMode counts them."""
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.debug import CommDebugMode
     from torch.distributed.tensor.parallel import parallelize_module
 
     model = parallelize_module(copy.deepcopy(full), init_device_mesh("cpu", (world_size,)), torch_plan(block))
-    xr = x.clone().requires_grad_(True)
-    calls = {}
-    with CommDebugMode() as fwd:
-        out = model(xr)
-    with CommDebugMode() as bwd:
-        out.backward(grad_out)
-    for phase, mode in (("forward", fwd), ("backward", bwd)):
-        for op, n in mode.get_comm_counts().items():
-            calls[f"{phase} {getattr(op, '__name__', op)}"] = n  # e.g. "backward all_reduce"
-    grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}  # DTensor (sharded) → whole
-    return {"out": out.detach(), "x.grad": xr.grad, **grads}, calls
+    res = forward_backward(model, x, grad_out, count=True)  # DTensor (sharded) grads made whole
+    return res, res.pop("comm")
 
 
 def assemble(ranks: list[dict]) -> dict:
@@ -147,7 +147,11 @@ def assemble(ranks: list[dict]) -> dict:
 def run_tp(world_size: int = 4, block: str = "mlp", batch: int = 2, seq: int = 4, hidden: int = 8,
            heads: int = 4, ffn: int = 16, seed: int = 0, compare_torch: bool = True,
            timeout: float = 60.0) -> dict:
-    """Launch `world_size` ranks of TP `block`; compare with the unsplit block, the plan and torch's TP."""
+    """Launch `world_size` ranks of TP `block`; compare with the unsplit block, the plan and torch's TP.
+
+    Calls are counted twice: by our f/g wrappers and, independently, by torch's CommDebugMode.
+    bytes_sent_per_rank is ring-accounted: what a ring all-reduce of each counted call sends (gloo's
+    own all-reduce algorithm may move bytes differently)."""
     check_tp(world_size, block, batch, seq, hidden, heads, ffn)
     check_int("seed", seed, 0)
     check_choice("compare_torch", compare_torch, (False, True))
@@ -170,6 +174,7 @@ def run_tp(world_size: int = 4, block: str = "mlp", batch: int = 2, seq: int = 4
               "allreduce_calls_forward": calls.get("forward all-reduce", 0),
               "allreduce_calls_backward": calls.get("backward all-reduce", 0),
               "calls_per_rank": [r["calls"] for r in ranks],
+              "calls_seen_by_torch_per_rank": [r["calls_seen_by_torch"] for r in ranks],
               "bytes_sent_per_rank": [r["bytes_sent"] for r in ranks],
               "plan_allreduce_calls_forward": count_collectives(plan, "forward"),
               "plan_allreduce_calls_backward": count_collectives(plan, "backward"),

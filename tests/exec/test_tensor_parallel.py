@@ -39,6 +39,12 @@ def test_collectives_are_the_plans(run):
     assert run["bytes_sent_per_rank"] == run["plan_bytes_sent_per_rank"] == [closed_form] * n
 
 
+def test_torch_sees_exactly_the_collectives_we_count(run):
+    # CommDebugMode counts what reached torch.distributed: a stray or missing call would show here
+    assert run["calls_seen_by_torch_per_rank"] == [{"forward allreduce_": 1, "backward allreduce_": 1}] * \
+        run["world_size"]
+
+
 def test_torch_tp_runs_the_same_forward_collective(run):
     calls = run["torch_calls"]
     if run["world_size"] == 1:
