@@ -212,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--timeout", type=float, default=120.0, help="seconds before workers are killed")
     run.add_argument("--seed", type=int, default=0, help="seed of the inputs (and of the model for dp/ddp)")
     run.add_argument("--steps", type=int, default=5, help="dp/ddp: optimizer steps (default 5)")
-    run.add_argument("--global-batch", type=int, default=16, help="dp/ddp: samples per step, all ranks (default 16)")
+    run.add_argument("--global-batch", type=int, default=16, help="dp, ddp, zero*, pp: samples per step (default 16)")
     run.add_argument("--bucket-cap-mb", type=float, default=0.004,
                      help="ddp: bucket size cap in MB (default 0.004: several buckets on the tiny model)")
     cli_parallel.add_run_options(run)

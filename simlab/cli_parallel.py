@@ -18,7 +18,7 @@ SCHEDULE_NAMES = ("naive", "gpipe", "1f1b", "interleaved", "zero-bubble")
 
 def as_flags(err: ValueError) -> ValueError:
     """The engines name their parameters ("microbatches=3: …"); the CLI user typed flags."""
-    text = re.sub(r"\b(stages|microbatches|chunks|t_f|t_b|t_w|world_size|ranks|hidden|ffn|heads|block)=",
+    text = re.sub(r"\b(stages|microbatches|chunks|t_f|t_b|t_w|world_size|global_batch|ranks|hidden|ffn|heads|block)=",
                   lambda m: "--" + m[1].replace("_", "-") + "=", str(err))
     return ValueError(text)
 
@@ -56,13 +56,17 @@ def cmd_schedule(args) -> dict:
 
 
 def cmd_pp(args, is_printing_rank: bool, summary) -> dict:
-    """`simlab run pp`: a schedule on real processes, checked against one process and the simulator."""
+    """`simlab run pp`: a schedule on real processes, checked against one process and the simulator.
+    Two steps: the bubble is measured on the second, so it is not the first step's warm-up."""
     from .exec.pipeline_parity import run_pipeline
     if args.world_size != args.stages and args.stages is not None:
         raise ValueError(f"--world-size={args.world_size}: must equal --stages={args.stages} (one stage per rank)")
+    if args.microbatches is None:  # as `simlab schedule`: naive runs the whole batch at once
+        args.microbatches = 1 if args.schedule == "naive" else 8
     try:
         res = run_pipeline(args.schedule, world_size=args.world_size, microbatches=args.microbatches,
-                           chunks=args.chunks, seed=args.seed, timeout=args.timeout)
+                           chunks=args.chunks, steps=2, seed=args.seed, global_batch=args.global_batch,
+                           timeout=args.timeout)
     except ValueError as err:
         raise as_flags(err) from None
     keys = ["world_size", "microbatches", "chunks", "loss", "reference_loss",
@@ -134,7 +138,7 @@ def add_commands(sub, parser_class) -> None:
 
 def add_run_options(run) -> None:
     run.add_argument("--schedule", choices=SCHEDULE_NAMES, default="1f1b", help="pp: which schedule")
-    run.add_argument("--microbatches", type=int, default=8, help="pp: micro-batches (default 8)")
+    run.add_argument("--microbatches", type=int, default=None, help="pp: micro-batches (default 8; naive: 1)")
     run.add_argument("--chunks", type=int, default=1, help="pp: interleaved model chunks per rank")
     run.add_argument("--stages", type=int, default=None, help="pp: stages (must equal --world-size)")
     run.add_argument("--block", choices=["mlp", "attention"], default="mlp", help="tp: which block to split")

@@ -23,8 +23,10 @@ def _first_difference(got, want) -> str:
 
 
 def check_one_f_one_b(fn) -> None:
-    """Grade `fn(stages, microbatches) -> list[list[Action]]`: valid, Megatron's exact order, and the
-    simulated bubble and peak memory equal the closed forms (p−1)/(m+p−1) and min(p−r, m)."""
+    """Grade `fn(stages, microbatches) -> list[list[Action]]`, most teaching message first: valid (the
+    validator's words), then the simulated bubble equals (p−1)/(m+p−1), then peak memory min(p−r, m)
+    per rank, and last Megatron's exact order (a valid schedule with 1F1B's bubble and memory that only
+    orders things differently is told so last)."""
     from .sim.pipeline import as_actions, bubble_fraction, peak_activations, simulate
     from .sim.pipeline_check import validate
     from .sim.schedules import one_f_one_b
@@ -39,14 +41,17 @@ def check_one_f_one_b(fn) -> None:
         problems = validate(got, stages=p, microbatches=m)
         if problems:
             _fail(title, case, problems[0])
-        want = one_f_one_b(p, m)
-        if got != want:
-            _fail(title, case, _first_difference(got, want))
-        bubble = bubble_fraction(simulate(got, t_f=1.0, t_b=2.0), p)
-        if abs(bubble - (p - 1) / (m + p - 1)) > 1e-9:
-            _fail(title, case, f"bubble {bubble:.4f}, closed form (p-1)/(m+p-1) = {(p - 1) / (m + p - 1):.4f}")
+        bubble, closed = bubble_fraction(simulate(got, t_f=1.0, t_b=2.0), p), (p - 1) / (m + p - 1)
+        if abs(bubble - closed) > 1e-9:
+            _fail(title, case, f"bubble {bubble:.4f}, closed form (p-1)/(m+p-1) = {closed:.4f}: "
+                               f"some rank waits longer than 1F1B's")
         peaks = peak_activations(got)
         if peaks != [min(p - r, m) for r in range(p)]:
-            _fail(title, case, f"peak activations {peaks}, expected min(p-r, m) per rank")
+            _fail(title, case, f"peak activations {peaks}, expected min(p-r, m) = "
+                               f"{[min(p - r, m) for r in range(p)]} per rank: a backward comes later than it could")
+        want = one_f_one_b(p, m)
+        if got != want:
+            _fail(title, case, "valid, with 1F1B's bubble and memory, but not Megatron's order: "
+                               + _first_difference(got, want))
     print(f"{title}: ✓ {len(ONE_F_ONE_B_CASES)} (p, m) cases: valid, Megatron's order, "
           f"bubble (p-1)/(m+p-1), peak activations min(p-r, m)")

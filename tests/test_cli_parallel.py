@@ -65,6 +65,8 @@ def test_split_json_covers_the_weight(capsys):
     (["run", "pp", "--schedule", "interleaved", "--world-size", "4", "--microbatches", "6", "--chunks", "2"],
      "--microbatches=6"),
     (["run", "pp", "--chunks", "0"], "chunks=0"),
+    (["run", "pp", "--microbatches", "6"], "--global-batch=16: must be divisible by --microbatches=6"),
+    (["run", "pp", "--microbatches", "4", "--global-batch", "10"], "--global-batch=10: must be divisible"),
     (["run", "tp", "--world-size", "3"], "--ffn=16: must be divisible by --world-size=3"),
     (["run", "tp", "--world-size", "2", "--heads", "3", "--block", "attention"], "--heads=3"),
     (["run", "tp", "--hidden", "0"], "--hidden=0"),
@@ -83,6 +85,29 @@ def test_run_pp_json_matches_one_process_and_the_simulator(capsys):
     assert out["schedule"] == "1f1b" and out["max_abs_diff_vs_reference"] < 1e-5
     assert 0 < out["measured_bubble_fraction"] < 1 and 0 < out["simulated_bubble_fraction"] < 1
     assert out["ranks"][3][:2] == ["3F0", "3B0"]  # the last rank alternates from the start
+
+
+@pytest.mark.parametrize("argv, want", [
+    ([], {"microbatches": 8, "global_batch": 16}),
+    (["--schedule", "naive"], {"microbatches": 1, "global_batch": 16}),
+    (["--microbatches", "6", "--global-batch", "12"], {"microbatches": 6, "global_batch": 12}),
+])
+def test_run_pp_passes_microbatches_global_batch_and_two_steps(monkeypatch, argv, want, capsys):
+    import simlab.exec.pipeline_parity as PP
+    seen = {}
+    def fake(schedule, **kwargs):
+        seen.update(kwargs)
+        raise ValueError("stop here")
+    monkeypatch.setattr(PP, "run_pipeline", fake)
+    with pytest.raises(SystemExit):
+        main(["run", "pp", *argv])
+    assert {k: seen[k] for k in want} == want and seen["steps"] == 2  # step 2 is timed, not the warm-up
+
+
+@pytest.mark.parametrize("argv", [["--schedule", "naive"], ["--microbatches", "6", "--global-batch", "12"]])
+def test_run_pp_naive_and_any_microbatch_count_run(argv, capsys):
+    out = _json(["run", "pp", "--world-size", "2", *argv], capsys)
+    assert out["max_abs_diff_vs_reference"] < 1e-5 and out["microbatches"] == (1 if "naive" in argv else 6)
 
 
 def test_run_tp_json_counts_match_the_plan(capsys):

@@ -39,10 +39,18 @@ def _backward_first_in_steady(p, m):  # B before F in the steady state: deadlock
     return out
 
 
+def _backwards_swapped(p, m):  # valid, same bubble and peak memory: only the order differs
+    s = one_f_one_b(p, m)
+    s[0][12], s[0][13] = s[0][13], s[0][12]  # (4, 8), the first case: rank 0's 0B4 and 0B5
+    return s
+
+
 @pytest.mark.parametrize("broken, reason", [
-    (gpipe, "rank 0 step 4 is 0F4, Megatron's 1F1B runs 0B0 there"),
+    (gpipe, "peak activations [8, 8, 8, 8], expected min(p-r, m) = [4, 3, 2, 1] per rank"),
     (_drop_last, "missing: 0B7"),
-    (_warmup_one_short, "Megatron's 1F1B runs"),
+    (_warmup_one_short, "bubble 0.5556, closed form (p-1)/(m+p-1) = 0.2727"),
+    (_backwards_swapped, "valid, with 1F1B's bubble and memory, but not Megatron's order: "
+                         "rank 0 step 12 is 0B5, Megatron's 1F1B runs 0B4 there"),
     (_backward_first_in_steady, "rank 3, step 0: 3B0 comes before 3F0"),
     (lambda p, m: [["0X0"]], "action='0X0'"),
 ])

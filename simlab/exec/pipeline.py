@@ -14,6 +14,11 @@ same rank hand over in memory. Every action lands in the trace as
 `simlab.sim.pipeline.simulate` emits, so a real trace and a simulated one compare with one `==`. An
 event runs from the end of waiting for its input to the moment its output's send is posted: the rank
 is busy all that time, so the gaps between events are exactly the bubble the simulator predicts.
+Times are absolute `time.perf_counter()` readings (CLOCK_MONOTONIC: one clock for every process on a
+host); the parent subtracts the step's earliest start over all ranks. Per-rank origins would not do:
+ranks leave a barrier up to milliseconds apart on a busy machine. Because an event ends only after
+its send is posted, a consumer may start up to that posting time before its producer's event ends;
+`ready` keeps when each output was computed, and no consumer starts before that.
 Run it: see `simlab.exec.pipeline_parity.run_pipeline`.
 """
 from __future__ import annotations
@@ -123,9 +128,10 @@ class PipelineRank:
             out = loss_fn(out, self.y[j]) / self.m
             self.losses[j] = out.item()
         self.saved[(s, j)] = (inp, out)
+        ready = time.perf_counter()
         if s < self.S - 1:
             self.give(ACT, s + 1, j, out.detach())
-        self.mark(start)  # posting the send is the rank's work too, not idle time
+        self.mark(start, ready)  # posting the send is the rank's work too, not idle time
 
     def output_grad(self, s: int, j: int):
         return None if s == self.S - 1 else self.take(GRAD, s, j)  # last stage: d(loss)/d(loss) = 1
@@ -136,9 +142,10 @@ class PipelineRank:
         start = time.perf_counter()
         inp, out = self.saved.pop((s, j))
         torch.autograd.backward(out, grad)  # weight grads accumulate into .grad, and inp.grad is set
+        ready = time.perf_counter()
         if s > 0:
             self.give(GRAD, s - 1, j, inp.grad)
-        self.mark(start)
+        self.mark(start, ready)
 
     def backward_input(self, a: Action) -> None:
         s, j = a.stage, a.mb
@@ -149,9 +156,10 @@ class PipelineRank:
         if s > 0:  # retain_graph: W walks the same graph later for the weights
             (grad_in,) = torch.autograd.grad(out, inp, grad, retain_graph=True)  # (b, h)
         self.for_w[(s, j)] = grad
+        ready = time.perf_counter()
         if grad_in is not None:
             self.give(GRAD, s - 1, j, grad_in)
-        self.mark(start)
+        self.mark(start, ready)
 
     def backward_weight(self, a: Action) -> None:
         s, j = a.stage, a.mb
@@ -164,16 +172,20 @@ class PipelineRank:
         self.mark(start)
 
     # ------------------------------------------------------------ one step
-    def mark(self, start: float) -> None:
+    def mark(self, start: float, ready: float | None = None) -> None:
+        """Record the current action: absolute clock readings; `ready`: its output existed (default: now)."""
         a, i = self.current
-        self.events.append(Event(self.rank, "compute", i, name=str(a), start=start - self.t0,
-                                 end=time.perf_counter() - self.t0))
+        end = time.perf_counter()
+        self.events.append(Event(self.rank, "compute", i, name=str(a), start=start, end=end))
+        self.ready[str(a)] = end if ready is None else ready
 
     def run(self, actions) -> list[Event]:
-        """Execute `actions` (this rank's list) once; returns one Event per action."""
+        """Execute `actions` (this rank's list) once; returns one Event per action, in absolute
+        perf_counter seconds (`self.t0`: when this rank left the starting barrier; `self.ready`: action
+        name → when its output was computed)."""
         run_op = {"F": self.forward, "B": self.backward, "I": self.backward_input, "W": self.backward_weight}
-        self.events, self.saved, self.for_w, self.losses = [], {}, {}, {}
-        dist.barrier()  # a common start: every rank's t0 is (nearly) the same instant
+        self.events, self.saved, self.for_w, self.losses, self.ready = [], {}, {}, {}, {}
+        dist.barrier()  # a common start; ranks still leave it at slightly different moments
         self.t0 = time.perf_counter()
         self.post_receives(actions)
         for i, a in enumerate(actions):

@@ -11,6 +11,7 @@ feeds them to `simlab.sim.pipeline.simulate`, and sets the measured bubble besid
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import torch
 
@@ -70,11 +71,13 @@ def train_pipeline(rank: int, world_size: int, plan, num_stages: int, hidden: in
     runner = PipelineRank(rank, world_size, mine, num_stages, x.chunk(microbatches), y.chunk(microbatches))
     params = [p for stage in mine.values() for p in stage.parameters()]
     opt = torch.optim.SGD(params, lr=lr) if params else None
-    out = {"losses": [], "events": []}
+    out = {"losses": [], "events": [], "t0": [], "ready": []}
     for step in range(steps):
         for p in params:
             p.grad = None
-        out["events"].append(runner.run(actions))
+        out["events"].append(runner.run(actions))  # absolute clock readings: the parent aligns the ranks
+        out["t0"].append(runner.t0)
+        out["ready"].append(runner.ready)
         out["losses"].append(sum(runner.losses.values()) if num_stages - 1 in mine else None)
         if step == steps - 1:  # the last step's grads, before the update, as the reference records them
             out["grads"] = {(s, i): p.grad.clone() if p.grad is not None else torch.zeros_like(p)
@@ -101,6 +104,15 @@ def reference(num_stages: int, hidden: int, global_batch: int, steps: int, seed:
         grads = keyed(lambda p: p.grad.clone())
         opt.step()
     return losses, grads, keyed(lambda p: p.detach().clone())
+
+
+def align(ranks: list[dict], step: int) -> tuple[Trace, dict]:
+    """One step's events of all ranks on one time axis: absolute perf_counter seconds (one monotonic
+    clock per host) minus the earliest moment any rank left the step's starting barrier. Also
+    {action name: when its output was ready} on that axis."""
+    t0 = min(r["t0"][step] for r in ranks)
+    trace = Trace(replace(e, start=e.start - t0, end=e.end - t0) for r in ranks for e in r["events"][step])
+    return trace, {name: t - t0 for r in ranks for name, t in r["ready"][step].items()}
 
 
 def stage_times(traces, num_stages: int) -> dict:
@@ -163,7 +175,9 @@ def run_pipeline(schedule="1f1b", world_size: int = 4, microbatches: int = 8, ch
                  timeout: float = 60.0, check: bool = True) -> dict:
     """Launch `world_size` ranks running `schedule` (a name, or one action list per rank); compare with
     one process on the whole model and batch. With steps > 1 the first step is warm-up for timing.
-    `check=False` runs a hand-made list without validating it first (it may then time out)."""
+    `check=False` runs a hand-made list without validating it first (it may then time out).
+    "traces": one Trace per step, seconds from that step's start, all ranks on one clock;
+    "output_ready": per step, {action name: when its output was computed} on the same axis."""
     check_pipeline(schedule, world_size, microbatches, chunks, global_batch)
     check_int("steps", steps, 1)
     check_int("hidden", hidden, 1)
@@ -183,13 +197,15 @@ def run_pipeline(schedule="1f1b", world_size: int = 4, microbatches: int = 8, ch
         if mine.keys() != ref.keys():  # a stage nobody ran would otherwise simply go unchecked
             raise RuntimeError(f"{key}: the ranks hold {sorted(mine)}, the model has {sorted(ref)}")
         diffs += [(mine[k] - ref[k]).abs().max().item() for k in ref]
-    traces = [Trace(e for r in ranks for e in r["events"][step]) for step in range(steps)]
+    traces, ready = zip(*(align(ranks, step) for step in range(steps)))
+    traces, ready = list(traces), list(ready)
     timed = traces[1:] or traces  # step 0 pays for warm-up
     result = {"schedule": strs, "schedule_name": schedule if isinstance(schedule, str) else None,
               "world_size": world_size, "microbatches": microbatches, "chunks": chunks,
               "num_stages": num_stages, "losses": losses,
               "loss": losses[-1], "reference_losses": ref_losses, "reference_loss": ref_losses[-1],
-              "max_abs_diff_vs_reference": max(diffs), "trace": traces[-1], "traces": traces}
+              "max_abs_diff_vs_reference": max(diffs), "trace": traces[-1], "traces": traces,
+              "output_ready": ready}
     return result | bubbles(timed, plan, world_size, num_stages)
 
 

@@ -88,6 +88,9 @@ def _launch(schedule, world_size, microbatches, chunks, steps, seed, global_batc
     check_int("steps", steps, 1)
     check_int("hidden", hidden, 1)
     check_positive("timeout", timeout)
+    if schedule == "1f1b" and microbatches < world_size:  # torch's Schedule1F1B refuses it inside every rank
+        raise ValueError(f"microbatches={microbatches}: torch's Schedule1F1B needs microbatches >= "
+                         f"stages={world_size}")
     plan = build_schedule(schedule, world_size, microbatches, chunks)
     num_stages = world_size * chunks
     import torch.distributed.pipelining  # noqa: F401  import once here: every forked rank inherits it

@@ -22,6 +22,8 @@ the bubble.
 """
 from __future__ import annotations
 
+import math
+
 from ..plan import Action
 from .mpl import _new_ax, _time_unit
 
@@ -93,25 +95,51 @@ def _tick(acts) -> float:
     return min((e.end - e.start for e, _ in acts if e.end > e.start), default=1.0)
 
 
+def _columns(acts, tick: float, t0: float, ranks: int) -> list[list[tuple]]:
+    """Per rank, (first, last, action) column spans: start rounded down, end up, at least one column
+    each, and never over the previous action's columns (a zero-length W still shows)."""
+    eps = 1e-9  # times like 3.0000000001 / 1.0 must not spill into a column of their own
+    spans = [[] for _ in range(ranks)]
+    for e, a in sorted(acts, key=lambda ea: (ea[0].rank, ea[0].start, ea[0].end, ea[0].step)):
+        row = spans[e.rank]
+        first = max(math.floor((e.start - t0) / tick + eps), row[-1][1] if row else 0)
+        row.append((first, max(first + 1, math.ceil((e.end - t0) / tick - eps)), a))
+    return spans
+
+
 def gantt_text(trace, ranks: int, tick: float | None = None, max_columns: int = 200) -> str:
     """One column per `tick` (default: the shortest action); an action shows as op + micro-batch, then
-    '=' for each further column it lasts; '.' is idle. The stage is shown only when a rank holds several
-    (interleaved: "4F0"); otherwise rank r runs stage r."""
+    '=' for each further column it lasts; '.' is idle. Every action gets at least one column (start
+    rounded down, end up). The stage is shown only when a rank holds several (interleaved: "4F0");
+    otherwise rank r runs stage r. Past `max_columns` the chart is cut, and says so.
+
+    >>> from simlab.trace import Event, Trace
+    >>> t = Trace([Event(0, "compute", 0, name="0F0", start=0, end=1), Event(0, "compute", 1, name="0W0",
+    ...            start=1, end=1), Event(0, "compute", 2, name="0F1", start=1, end=3.5)])
+    >>> print(gantt_text(t, 1, max_columns=3))
+    rank 0 |F0 W0 F1 |
+    … truncated at 3 of 4 columns
+    one column = 1 time unit; F forward, W backward-weight, digits = micro-batch, '.' idle (the bubble)
+    """
     acts = _actions(trace)
     tick = tick or _tick(acts)
     t0 = min((e.start for e, _ in acts), default=0.0)
     looped = len({a.stage for _, a in acts}) > ranks  # several stages per rank: name the stage too
     label = (lambda a: str(a)) if looped else (lambda a: f"{a.op}{a.mb}")  # noqa: E731
     width = max((len(label(a)) for _, a in acts), default=2) + 1
-    columns = min(max_columns, round((max((e.end for e, _ in acts), default=t0) - t0) / tick))
+    spans = _columns(acts, tick, t0, ranks)
+    total = max((row[-1][1] for row in spans if row), default=0)
+    columns = min(max_columns, total)
     grid = [[".".ljust(width)] * columns for _ in range(ranks)]
-    for e, a in acts:
-        first, last = round((e.start - t0) / tick), round((e.end - t0) / tick)
-        for c in range(first, min(last, columns)):
-            grid[e.rank][c] = (label(a) if c == first else "=" * (width - 1)).ljust(width)
+    for r, row in enumerate(spans):
+        for first, last, a in row:
+            for c in range(first, min(last, columns)):
+                grid[r][c] = (label(a) if c == first else "=" * (width - 1)).ljust(width)
     ops = sorted({a.op for _, a in acts}, key="FBIW".index)
     legend = ", ".join(f"{op} {OP_NAME[op]}" for op in ops)
     lines = [f"rank {r} |{''.join(row)}|" for r, row in enumerate(grid)]
+    if total > columns:
+        lines.append(f"… truncated at {columns} of {total} columns")
     unit = f"{tick:g} time unit" + ("s" if tick != 1 else "")
     what = "labels = stage, op, micro-batch" if looped else "digits = micro-batch"
     return "\n".join(lines + [f"one column = {unit}; {legend}, {what}, '.' idle (the bubble)"])

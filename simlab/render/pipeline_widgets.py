@@ -6,6 +6,8 @@ turns knob positions into arguments and draws. `explorer_frame` is the pure part
 """
 from __future__ import annotations
 
+import html
+
 from ..sim import pipeline, schedules
 from .pipeline_view import draw_gantt
 
@@ -23,10 +25,13 @@ def fitted(name: str, stages: int, microbatches: int, chunks: int) -> tuple[int,
 
 
 def explorer_run(name: str, stages: int, microbatches: int, chunks: int = 1, ratio: float = 2.0):
-    """(schedule, trace, readout dict) for one knob position; the forward of a whole stage takes 1."""
+    """(schedule, trace, readout dict) for one knob position. The whole batch is the same work for
+    every schedule: m knob-sized micro-batches, each forward taking 1 per whole stage. A fitted m runs
+    micro-batches m_knob / m_fitted as big (naive: one m_knob times as big) and a chunk holds 1/v of a
+    stage, so t_F = m_knob / (m_fitted · v): makespans compare across schedules."""
     m, v = fitted(name, stages, microbatches, chunks)
     plan = schedules.make_schedule(name, stages, m, v)
-    t_f = 1.0 / v  # a chunk holds 1/v of the rank's layers
+    t_f = microbatches / (m * v)
     trace = pipeline.simulate(plan, t_f=t_f, t_b=ratio * t_f)
     readout = {"schedule": name, "stages": stages, "microbatches": m, "chunks": v,
                "makespan": pipeline.makespan(trace), "bubble_fraction": pipeline.bubble_fraction(trace, stages),
@@ -38,14 +43,19 @@ def readout_text(readout: dict) -> str:
     peak = readout["peak_activations"]
     return (f"{readout['schedule']}: p={readout['stages']} m={readout['microbatches']} v={readout['chunks']}   "
             f"makespan {readout['makespan']:.2f}   bubble {100 * readout['bubble_fraction']:.1f} %   "
-            f"peak activations per rank {peak} (micro-batch units)")
+            f"peak activations per rank {peak} (stage × micro-batch units; interleaved: chunk units, 1/v each)")
 
 
 def explorer_frame(name: str, stages: int, microbatches: int, chunks: int = 1, ratio: float = 2.0,
                    until: float | None = None):
     """(figure, readout text) for one position of the knobs; `until` is the step slider's time."""
-    _, trace, readout = explorer_run(name, stages, microbatches, chunks, ratio)
-    fig = draw_gantt(trace, stages, until=until, title=readout_text(readout))
+    return frame_of(explorer_run(name, stages, microbatches, chunks, ratio), until)
+
+
+def frame_of(run, until: float | None = None):
+    """(figure, readout text) of an `explorer_run` result: the slider redraws without re-simulating."""
+    _, trace, readout = run
+    fig = draw_gantt(trace, readout["stages"], until=until, title=readout_text(readout))
     return fig, readout_text(readout)
 
 
@@ -81,17 +91,20 @@ def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8
     w.jslink((play, "value"), (tick, "value"))
     image, text = w.Image(format="png"), w.HTML()
 
+    state = {}  # the current knobs' simulation: one per knob change, the slider only redraws it
+
     def rebuild(_=None) -> None:  # knobs changed: new schedule, new time range
-        makespan = explorer_run(pick.value, p.value, m.value, v.value, r.value)[2]["makespan"]
-        steps = max(1, round(makespan * v.value * 4))  # quarter-forward ticks
+        state["run"] = explorer_run(pick.value, p.value, m.value, v.value, r.value)
+        steps = max(1, round(state["run"][2]["makespan"] * v.value * 4))  # quarter-forward ticks
+        tick.unobserve(draw, names="value")  # one redraw below, not one per trait set here
         tick.max = play.max = steps
         tick.value = play.value = steps
+        tick.observe(draw, names="value")
         draw()
 
     def draw(_=None) -> None:
-        makespan = explorer_run(pick.value, p.value, m.value, v.value, r.value)[2]["makespan"]
-        until = makespan * tick.value / max(tick.max, 1)
-        fig, readout = explorer_frame(pick.value, p.value, m.value, v.value, r.value, until)
+        until = state["run"][2]["makespan"] * tick.value / max(tick.max, 1)
+        fig, readout = frame_of(state["run"], until)
         image.value = figure_png(fig)
         text.value = f"<pre>{readout}</pre>"
 
@@ -102,6 +115,9 @@ def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8
         try:
             fig, summary = real_frame(pick.value, p.value, m.value, v.value)
             real_image.value, real_text.value = figure_png(fig), f"<pre>{summary}</pre>"
+        except Exception as err:  # LaunchTimeout, WorkerError, …: say so instead of "running…" forever
+            line = (str(err).strip().splitlines() or [""])[0]
+            real_text.value = f"<pre>real run failed: {type(err).__name__}: {html.escape(line)}</pre>"
         finally:
             go.disabled = False
 

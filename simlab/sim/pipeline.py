@@ -3,7 +3,7 @@
 Each rank runs its list in order. An action starts when its rank is free and its inputs exist:
   F of stage s, micro-batch j   needs F of stage s-1 (same j)                        — the activation
   B or I of stage s             needs B/I of stage s+1 (same j) and its own F         — the output grad
-  W of stage s                  needs I of stage s (same j)                           — the saved grad
+  W of stage s                  needs I of stage s (same j), not a B                  — the saved grad
 plus `t_comm` when the input comes from another rank. A full backward B takes `t_b`; split, I takes
 t_b - t_w and W takes t_w. The result is a `Trace` of compute events shaped exactly like the real
 executor's (`simlab.exec.pipeline`), so a simulated and a real run compare with `Trace.signature()`.
@@ -30,7 +30,7 @@ def as_actions(schedule) -> list[list[Action]]:
         for i, a in enumerate(acts):
             if isinstance(a, str):
                 a = Action.parse(a)
-            if not isinstance(a, Action) or a.op not in "FBIW" or a.stage < 0 or a.mb < 0:
+            if not isinstance(a, Action) or a.op not in ("F", "B", "I", "W") or a.stage < 0 or a.mb < 0:
                 raise ValueError(f"schedule[{r}][{i}]={a!r}: must be an Action such as Action(2, 'F', 0)")
             row.append(a)
         out.append(row)
@@ -60,8 +60,9 @@ def run_blocking(schedule: list[list[Action]], stages: int, microbatches: int, d
     action's own. Ranks left waiting form a deadlock.
     """
     n, mbs = stages * microbatches, microbatches
-    end = [-1.0] * (3 * n)  # end time of each (kind, stage, mb) output; -1: not produced yet
-    where = [-1] * (3 * n)  # the rank that produced it: same rank means no communication
+    # outputs by kind: 0 F's activation, 1 B/I's input grad, 2 W's weight grads, 3 the grad I keeps for W
+    end = [-1.0] * (4 * n)  # end time of each (kind, stage, mb) output; -1: not produced yet
+    where = [-1] * (4 * n)  # the rank that produced it: same rank means no communication
     times = [[] for _ in schedule]
     pos, free = [0] * len(schedule), [0.0] * len(schedule)
     parked: dict[int, list[int]] = {}
@@ -74,8 +75,8 @@ def run_blocking(schedule: list[list[Action]], stages: int, microbatches: int, d
             s, op, k = a.stage, a.op, a.stage * mbs + a.mb
             if op == "F":
                 needs, made = ((k - mbs,) if s else ()), k
-            elif op == "W":
-                needs, made = (n + k,), 2 * n + k
+            elif op == "W":  # only an I leaves the saved grad behind: a full B has used it up
+                needs, made = (3 * n + k,), 2 * n + k
             else:  # B or I: own activation, and the gradient coming back from the next stage
                 needs, made = ((k, n + k + mbs) if s < stages - 1 else (k,)), n + k
             start, missing = t, -1
@@ -96,6 +97,9 @@ def run_blocking(schedule: list[list[Action]], stages: int, microbatches: int, d
             woken = parked.pop(made, None)
             if woken:
                 ready.extend(woken)
+            if op == "I":  # I also leaves W its saved grad
+                end[3 * n + k], where[3 * n + k] = t, r
+                ready.extend(parked.pop(3 * n + k, ()))
         pos[r], free[r] = i, t
     blocked = {q: _decode(d, n, mbs) for d, qs in parked.items() for q in qs}
     return BlockingRun(times, blocked)
@@ -218,4 +222,6 @@ def closed_form_bubble(name: str, stages: int, microbatches: int = 1, chunks: in
              "interleaved": (p - 1) / (v * m + p - 1), "zero-bubble": (p - 1) / (3 * m + p - 1)}
     if name not in forms:
         raise ValueError(f"name={name!r}: must be one of {', '.join(forms)}")
+    if name == "zero-bubble" and m < p:  # ZB-H1's Ws no longer fill the whole tail: no simple formula
+        raise ValueError(f"microbatches={m}: zero-bubble's closed form needs microbatches >= stages={p}")
     return forms[name]

@@ -3,7 +3,8 @@
 `validate(schedule)` returns every problem it finds, each naming the rank, the step (index in that
 rank's list) and the action; an empty list means the schedule is valid. It checks, in order:
   1. each action names a real stage and micro-batch, and runs on the rank that owns its stage;
-  2. every forward and backward appears exactly once (B, or I followed later by W);
+  2. every forward and backward appears exactly once (B, or I followed later by W — never B with I or W);
+     missing actions are listed up to MISSING_SHOWN, then counted;
   3. on each rank, nothing runs before an output it needs from that same rank: a backward before
      its own forward, a W before its I, or a later stage before the earlier stage feeding it;
   4. running all ranks with blocking receives, nobody waits forever (a deadlock).
@@ -13,6 +14,7 @@ rank's list) and the action; an empty list means the schedule is valid. It check
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import islice
 
 from .._checks import check_int
 from .pipeline import BlockingRun, as_actions, run_blocking, shape
@@ -40,8 +42,11 @@ def placement_problems(schedule, stages: int, microbatches: int) -> list[str]:
     return out
 
 
+MISSING_SHOWN = 10  # a typo such as '2000F2000' would otherwise list millions of missing actions
+
+
 def count_problems(schedule, stages: int, microbatches: int) -> list[str]:
-    """Each (stage, micro-batch) needs one F and one backward: a B, or an I and a W."""
+    """Each (stage, micro-batch) needs one F and one backward: a B, or an I and a W (never B with I or W)."""
     seen = defaultdict(list)  # (stage, op, mb) → [(rank, step), …]
     for r, acts in enumerate(schedule):
         for i, a in enumerate(acts):
@@ -52,18 +57,29 @@ def count_problems(schedule, stages: int, microbatches: int) -> list[str]:
         if len(places) > 1:
             out.append(f"duplicate: {s}{op}{j} appears {len(places)} times ({_where(places)}); "
                        f"each action runs exactly once")
-    for s in range(stages):
-        for j in range(microbatches):
-            has = {op: (s, op, j) in seen for op in "FBIW"}
-            if has["B"] and has["I"]:
-                out.append(f"duplicate backward: {s}B{j} and {s}I{j} both compute stage {s}'s input gradient "
-                           f"for micro-batch {j}; use B, or I then W")
-            wanted = "F" + ("" if has["B"] else ("IW" if split or has["I"] or has["W"] else "B"))
-            for op in wanted:
-                if not has[op]:
-                    out.append(f"missing: {s}{op}{j}: stage {s} never runs the {_WHAT[op]} of micro-batch {j} "
-                               f"(it belongs on rank {s % len(schedule)})")
-    return out
+    touched = sorted({(s, j) for s, _, j in seen if s < stages and j < microbatches})
+    for s, j in touched:
+        split_too = [f"{s}{op}{j}" for op in "IW" if (s, op, j) in seen]
+        if (s, "B", j) in seen and split_too:
+            out.append(f"duplicate backward: {s}B{j} and {' and '.join(split_too)}: a micro-batch's backward "
+                       f"is either B, or I then W")
+    return out + _missing(seen, stages, microbatches, split, len(schedule))
+
+
+def _missing(seen, stages: int, microbatches: int, split: bool, ranks: int) -> list[str]:
+    """'missing: …' lines in (stage, micro-batch) order: the first MISSING_SHOWN, then a count of the rest."""
+    def lacks(s, j):
+        has = {op: (s, op, j) in seen for op in "FBIW"}
+        wanted = "F" + ("" if has["B"] else ("IW" if split or has["I"] or has["W"] else "B"))
+        return [op for op in wanted if not has[op]]
+    touched = {(s, j) for s, _, j in seen if s < stages and j < microbatches}
+    untouched = stages * microbatches - len(touched)  # each lacks all of F and the default backward
+    total = sum(len(lacks(s, j)) for s, j in touched) + untouched * (3 if split else 2)
+    lines = (f"missing: {s}{op}{j}: stage {s} never runs the {_WHAT[op]} of micro-batch {j} "
+             f"(it belongs on rank {s % ranks})"
+             for s in range(stages) for j in range(microbatches) for op in lacks(s, j))
+    out = list(islice(lines, MISSING_SHOWN))  # lazily: only the pairs up to the tenth missing action
+    return out + ([f"… and {total - MISSING_SHOWN} more missing actions"] if total > MISSING_SHOWN else [])
 
 
 def _chain(a, stages: int) -> float:
@@ -120,7 +136,7 @@ def deadlock_messages(schedule, result: BlockingRun) -> list[str]:
     for r in sorted(result.blocked):
         kind, s, j = result.blocked[r]
         i = len(result.times[r])
-        ops = {0: "F", 1: "BI", 2: "W"}[kind]
+        ops = {0: "F", 1: "BI", 3: "I"}[kind]  # 3: the grad only an I leaves for its W
         need = next((f"{s}{op}{j}" for op in ops if (s, op, j) in placed), f"{s}{ops[0]}{j}")
         src = next((placed[s, op, j] for op in ops if (s, op, j) in placed), None)
         if src is None:
@@ -145,6 +161,11 @@ def validate(schedule, stages: int | None = None, microbatches: int | None = Non
     deadlock: rank 1 is stuck at step 0 (1B0), waiting for 1F0, which it only runs later (step 1)
     """
     schedule = as_actions(schedule)
+    check_int("chunks", chunks, 1)
+    if stages is not None:
+        check_int("stages", stages, 1)
+    if microbatches is not None:
+        check_int("microbatches", microbatches, 1)
     if stages is None:  # ranks × chunks, or more when the actions name higher stages (whole chunks)
         p = max(len(schedule), 1)
         stages = max(p * check_int("chunks", chunks, 1), -(-shape(schedule)[0] // p) * p)

@@ -48,6 +48,55 @@ def test_trace_is_the_simulators(run):
             assert all(a.end <= b.start for a, b in zip(ends, ends[1:]))
 
 
+SLACK = 1e-6  # s: one monotonic clock for all ranks, so causality is exact up to float rounding
+
+
+def producers(name: str, num_stages: int) -> list[str]:
+    """The actions whose output `name` consumes (an F's activation, a B/I's output grad, a W's saved grad)."""
+    s, op, j = int(name[0]), name[1], int(name[2:])
+    if op == "F":
+        return [f"{s - 1}F{j}"] if s > 0 else []
+    if op == "W":
+        return [f"{s}I{j}"]
+    return [f"{s}F{j}"] + ([f"{s + 1}B{j}", f"{s + 1}I{j}"] if s < num_stages - 1 else [])
+
+
+def assert_causal(trace, ready: dict, num_stages: int) -> int:
+    """No action starts before the outputs it consumes were computed; returns the cross-rank pairs checked."""
+    by_name, cross = {e.name: e for e in trace}, 0
+    for e in trace:
+        for name in (n for n in producers(e.name, num_stages) if n in by_name):
+            assert e.start >= ready[name] - SLACK, f"{e.name} starts {ready[name] - e.start:.1e} s before {name}'s output"
+            assert ready[name] <= by_name[name].end  # ready is inside the producer's event
+            cross += by_name[name].rank != e.rank
+    return cross
+
+
+def test_consumers_start_after_their_producers_outputs_exist(run):
+    for trace, ready in zip(run["traces"], run["output_ready"]):
+        checked = assert_causal(trace, ready, run["num_stages"])
+        assert checked >= (run["world_size"] - 1) * run["microbatches"]  # every hand-over between ranks
+
+
+def test_late_leaving_a_barrier_does_not_skew_the_trace(monkeypatch):
+    # rank 1 leaves every barrier 0.2 s late; rank 0 starts 0F0 0.4 s in: with per-rank clock origins
+    # rank 1 would seem to start 1F0 0.2 s before 0F0 even began
+    barrier, forward = PL.dist.barrier, PL.PipelineRank.forward
+    def late_barrier(*args, **kwargs):
+        barrier(*args, **kwargs)
+        time.sleep(0.2 if PL.dist.get_rank() == 1 else 0.0)
+    def slow_first_forward(self, a):
+        time.sleep(0.4 if a.stage == 0 and a.mb == 0 else 0.0)
+        forward(self, a)
+    monkeypatch.setattr(PL.dist, "barrier", late_barrier)  # forked ranks inherit both
+    monkeypatch.setattr(PL.PipelineRank, "forward", slow_first_forward)
+    res = run_pipeline("gpipe", 2, 2, steps=1, global_batch=4)
+    trace, ready = res["trace"], res["output_ready"][0]
+    start = {e.name: e.start for e in trace}
+    assert start["0F0"] > 0.35 and start["1F0"] > start["0F0"]  # per-rank origins: 1F0 at ≈ 0.2, 0F0 at ≈ 0.4
+    assert assert_causal(trace, ready, 2) == 4
+
+
 def test_bubble_fractions_are_reported(run):
     assert 0 < run["measured_bubble_fraction"] < 1 and 0 < run["simulated_bubble_fraction"] < 1
     assert len(run["stage_times"]["t_f"]) == run["num_stages"] and run["transfer_time"] >= 0
@@ -149,6 +198,13 @@ def test_same_loss_and_grads_as_torch_pipelining(name, p):
     assert res["max_abs_diff_vs_torch"] <= TOL
     assert abs(res["loss"] - res["torch_loss"]) <= TOL
     assert sorted(res["grads"]) == [(s, i) for s in range(p * v) for i in range(2)]  # every stage's W and b
+
+
+@pytest.mark.parametrize("fn", [PT.compare_with_torch, PT.time_pipeline_steps])
+def test_torch_1f1b_with_fewer_microbatches_than_stages_fails_before_launch(monkeypatch, fn):
+    monkeypatch.setattr(L, "launch", lambda *a, **k: pytest.fail("a process was started"))
+    with pytest.raises(ValueError, match="^microbatches=2: torch's Schedule1F1B needs microbatches >= stages=3$"):
+        fn("1f1b", 3, 2, global_batch=4)
 
 
 def test_the_torch_comparison_can_fail(monkeypatch):

@@ -105,3 +105,76 @@ def test_real_run_button_fills_its_image(monkeypatch):
     button, image, text = box.children[5:8]
     button.click()
     assert calls == [("gpipe", 2, 4, 1)] and image.value and "summary" in text.value and not button.disabled
+
+
+# ---------------------------------------------------------------- review: nothing dropped, nothing hidden
+
+def shown(text: str) -> list[str]:
+    """The action labels a text Gantt shows, row by row."""
+    rows = [line.split("|")[1] for line in text.splitlines() if line.startswith("rank ")]
+    return [label for row in rows for label in row.split() if label[0] not in ".="]
+
+
+@pytest.mark.parametrize("name, kwargs", [("1f1b", dict(t_b=1.5)), ("zero-bubble", dict(t_w=0.0)),
+                                          ("zero-bubble", dict(t_b=1.5, t_w=0.25)), ("gpipe", dict(t_f=0.3))])
+def test_gantt_text_shows_every_action(name, kwargs):
+    trace = simulate(make_schedule(name, 2, 3), **kwargs)
+    labels = shown(gantt_text(trace, 2))
+    assert sorted(labels) == sorted(e.name[1:] for e in trace)  # stage dropped: rank r runs stage r
+
+
+def test_gantt_text_rounds_start_down_and_end_up():
+    # 1F1 runs 3.5–4.5 with t_b = 1.5 (the CLI case that used to lose it): columns 3 and 4
+    text = gantt_text(simulate(make_schedule("1f1b", 2, 3), t_b=1.5), 2)
+    assert text.splitlines()[1] == "rank 1 |.  F0 B0 == F1 B1 F2 B2 == .  |"
+
+
+def test_gantt_text_says_when_it_is_cut():
+    text = gantt_text(simulate(make_schedule("gpipe", 2, 8)), 2, max_columns=10)
+    lines = text.splitlines()
+    assert all(len(line) == len(lines[0]) for line in lines[:2])
+    assert lines[2] == "… truncated at 10 of 27 columns"  # (m + p - 1)(t_f + t_b) = 9 × 3
+    assert "truncated" not in gantt_text(simulate(make_schedule("gpipe", 2, 8)), 2)
+
+
+@pytest.mark.parametrize("m", [1, 4, 8])
+def test_explorer_does_the_same_batch_whatever_the_schedule(m):
+    # naive runs one micro-batch m times as big: with no overlap its makespan is p·(t_F + t_B)·m
+    naive = explorer_run("naive", 4, m, 1, 2.0)[2]
+    assert naive["makespan"] == pytest.approx(4 * 3 * m)
+    gp = explorer_run("gpipe", 4, m, 1, 2.0)[2]  # (m + p - 1)(t_F + t_B), t_F = 1
+    assert gp["makespan"] == pytest.approx((m + 3) * 3) and gp["makespan"] <= naive["makespan"]
+
+
+def test_explorer_interleaved_rounding_keeps_the_batch():
+    # m=6 rounded up to 8 micro-batches 6/8 as big; v=2 chunks half a stage: t_F = 6 / (8·2)
+    _, trace, readout = explorer_run("interleaved", 4, 6, 2, 2.0)
+    assert readout["microbatches"] == 8 and min(e.end - e.start for e in trace) == pytest.approx(6 / 16)
+    assert "chunk units, 1/v each" in explorer_frame("interleaved", 4, 6, 2)[1]
+
+
+def test_real_run_button_reports_a_failure_and_comes_back(monkeypatch):
+    import simlab.render.pipeline_widgets as PW
+    from simlab.exec.launch import LaunchTimeout
+    def hanging(*knobs):
+        raise LaunchTimeout("ranks [0, 1] did not finish within 60 s\nsecond line")
+    monkeypatch.setattr(PW, "real_frame", hanging)
+    box = schedule_explorer("gpipe", 2, 4, chunks=1)
+    button, image, text = box.children[5:8]
+    button.click()
+    assert text.value == "<pre>real run failed: LaunchTimeout: ranks [0, 1] did not finish within 60 s</pre>"
+    assert not button.disabled and not image.value
+
+
+def test_a_knob_change_simulates_once(monkeypatch):
+    import simlab.render.pipeline_widgets as PW
+    box = schedule_explorer("gpipe", 2, 4, chunks=1)
+    calls = []
+    real = PW.explorer_run
+    monkeypatch.setattr(PW, "explorer_run", lambda *a: calls.append(a) or real(*a))
+    knobs = {c.description: c for row in box.children if isinstance(row, w.HBox) for c in row.children
+             if hasattr(c, "description")}
+    knobs["micro-b. m"].value = 6
+    assert calls == [("gpipe", 2, 6, 1, 2.0)]
+    knobs["time"].value = 3  # the slider redraws the same simulation
+    assert len(calls) == 1 and "m=6" in box.children[4].value

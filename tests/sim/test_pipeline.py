@@ -202,7 +202,7 @@ def test_split_backward_needs_i_and_w_not_b_and_i():
     assert validate([["0F0", "0I0"]]) == [
         "missing: 0W0: stage 0 never runs the weight-gradient backward of micro-batch 0 (it belongs on rank 0)"]
     assert validate([["0F0", "0B0", "0I0", "0W0"]]) == [
-        "duplicate backward: 0B0 and 0I0 both compute stage 0's input gradient for micro-batch 0; use B, or I then W"]
+        "duplicate backward: 0B0 and 0I0 and 0W0: a micro-batch's backward is either B, or I then W"]
 
 
 def test_backward_before_forward_and_w_before_i():
