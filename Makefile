@@ -33,6 +33,8 @@ bench: setup
 	$(BIN)/python benchmarks/collectives.py
 	$(BIN)/python benchmarks/data_parallel.py
 	$(BIN)/python benchmarks/zero.py
+	$(BIN)/python benchmarks/pipeline.py
+	$(BIN)/python benchmarks/tensor_parallel.py
 
 exercises: setup
 	$(BIN)/python tools/make_exercises.py
