@@ -39,15 +39,16 @@ def padded_flat(tensors, padded: int) -> torch.Tensor:
     return nn.functional.pad(flat, (0, padded - flat.numel()))  # (N·S,)
 
 
-def _row_pieces(rows: torch.Tensor, tensors):
-    """Where `tensors`, flattened end to end, land in `rows` (N, S) filled row after row: yields
-    (slice of a row, flat tensor, offset in it). What no tensor fills is the padding."""
+def _row_pieces(rows: torch.Tensor, tensors, first: int = 0):
+    """Where `tensors`, flattened end to end, land in the (N, S) layout filled row after row, restricted
+    to the rows `rows` holds (k, S): rows first … first+k−1. Yields (slice of a row, flat tensor,
+    offset in it). What no tensor fills is the padding."""
     size, at = rows.shape[1], 0  # at: the flat position of the current tensor's first element
     for t in tensors:
         flat = t.detach().reshape(-1)
-        for r in range(at // size, min(rows.shape[0], -(-(at + flat.numel()) // size))):
+        for r in range(max(at // size, first), min(first + rows.shape[0], -(-(at + flat.numel()) // size))):
             lo, hi = max(at, r * size), min(at + flat.numel(), (r + 1) * size)  # overlap with row r
-            yield rows[r, lo - r * size:hi - r * size], flat, lo - at
+            yield rows[r - first, lo - r * size:hi - r * size], flat, lo - at
         at += flat.numel()
 
 
@@ -73,16 +74,10 @@ def from_rows(rows: torch.Tensor, tensors) -> None:
 
 def own_block(tensors, rank: int, size: int) -> torch.Tensor:
     """Row `rank` of into_rows(tensors) as a new (S,) tensor, without building the other N−1 rows."""
-    first = tensors[0]
-    out = torch.zeros(size, dtype=first.dtype, device=first.device)  # (S,): the tail stays padding
-    lo_row, at = rank * size, 0
-    for t in tensors:
-        flat = t.detach().reshape(-1)
-        lo, hi = max(at, lo_row), min(at + flat.numel(), lo_row + size)  # overlap with our row
-        if lo < hi:
-            out[lo - lo_row:hi - lo_row] = flat[lo - at:hi - at]
-        at += flat.numel()
-    return out
+    out = tensors[0].new_zeros(1, size)  # (1, S): our row alone; the tail stays padding
+    for piece, flat, off in _row_pieces(out, tensors, first=rank):
+        piece.copy_(flat[off:off + piece.numel()])
+    return out[0]  # (S,)
 
 
 def new_rows(numel: int, world_size: int, device) -> torch.Tensor:

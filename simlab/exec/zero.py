@@ -82,7 +82,7 @@ class _GatheredLinear(torch.autograd.Function):
             return grad_x, grad_y.t() @ x, grad_y.sum(0)  # (out, in), (out,)
         grad_x, grad_w, grad_b = layer.rec.timed("compute", f"backward L{layer.index}", compute)
         layer.free(full)
-        rows = full.new_empty(layer.world_size, full.numel() // layer.world_size)  # (N, S) full grads, transient
+        rows = new_rows(layer.numel, layer.world_size, full.device)  # (N, S) full grads, transient
         into_rows(rows, [grad_w, grad_b])
         grad_shard = layer.rec.timed("comm", f"reduce-scatter L{layer.index}", lambda: reduce_scatter_mean(
             rows, layer.world_size).clone(), _nbytes(rows))  # clone: keep S, not the whole (N, S)
@@ -100,7 +100,7 @@ class ShardedLinear(nn.Module):
         self.shard = nn.Parameter(own_block([linear.weight, linear.bias], rank, shard_size(self.numel, world_size)))
 
     def gather(self) -> torch.Tensor:
-        rows = self.shard.new_empty(self.world_size, self.shard.numel())  # (N, S)
+        rows = new_rows(self.numel, self.world_size, self.shard.device)  # (N, S)
         rows[self.rank] = self.shard.detach()
         return self.rec.timed("comm", f"all-gather L{self.index}", lambda: all_gather(rows, self.world_size),
                               _nbytes(rows)).view(-1)  # (N·S,)
