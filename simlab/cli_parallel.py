@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 
 from . import _checks
+from .sim.schedules import SCHEDULES
 
-SCHEDULE_NAMES = ("naive", "gpipe", "1f1b", "interleaved", "zero-bubble")
+SCHEDULE_NAMES = tuple(SCHEDULES)  # naive, gpipe, 1f1b, interleaved, zero-bubble
 
 
 def as_flags(err: ValueError) -> ValueError:

@@ -19,25 +19,19 @@ from .._checks import check_choice, check_int, check_positive, check_ranks
 from ..plan import Action
 from ..trace import Trace
 from .models import loss_fn, make_batch, make_mlp
+from ..sim.schedules import SCHEDULES
 from .pipeline import PipelineRank, make_stages, owner
-
-SCHEDULES = ("naive", "gpipe", "1f1b", "interleaved", "zero-bubble")
 
 
 def check_pipeline(schedule, world_size, microbatches, chunks, global_batch) -> None:
-    """One-line ValueErrors before any process starts."""
+    """One-line ValueErrors before any process starts. A named schedule's own rules (naive runs one
+    micro-batch, only interleaved has chunks, …) are `make_schedule`'s, checked in `build_schedule`."""
     check_ranks("world_size", world_size)
     check_int("microbatches", microbatches, 1)
     check_int("chunks", chunks, 1)
     check_int("global_batch", global_batch, 1)
     if isinstance(schedule, str):
-        check_choice("schedule", schedule, SCHEDULES)
-        if schedule == "naive" and microbatches != 1:
-            raise ValueError(f"microbatches={microbatches}: the naive schedule runs the whole batch at once (use 1)")
-        if schedule != "interleaved" and chunks != 1:
-            raise ValueError(f"chunks={chunks}: only the interleaved schedule holds several stages per rank")
-        if schedule == "interleaved" and microbatches % world_size:
-            raise ValueError(f"microbatches={microbatches}: interleaved needs a multiple of world_size={world_size}")
+        check_choice("schedule", schedule, tuple(SCHEDULES))
     elif not isinstance(schedule, (list, tuple)) or len(schedule) != world_size:
         raise ValueError(f"schedule={schedule!r}: must be a name or one action list per rank ({world_size})")
     if global_batch % microbatches:
@@ -161,12 +155,11 @@ def bubbles(traces, plan, world_size: int, num_stages: int) -> dict:
     """Measured bubble fraction and the simulator's, fed each step's measured per-action times and
     hand-over latency (medians over the timed steps): what is left to disagree is only the waiting."""
     from ..sim.pipeline import bubble_fraction, simulate
-    sims = [simulate(plan, t_comm=transfer_time(t, world_size, num_stages), action_times=action_times(t, world_size))
-            for t in traces]
+    latencies = [transfer_time(t, world_size, num_stages) for t in traces]
+    sims = [simulate(plan, t_comm=lat, action_times=action_times(t, world_size)) for t, lat in zip(traces, latencies)]
     return {"measured_bubble_fraction": statistics.median(bubble_fraction(t, world_size) for t in traces),
             "simulated_bubble_fraction": statistics.median(bubble_fraction(s, world_size) for s in sims),
-            "stage_times": stage_times(traces, num_stages),
-            "transfer_time": statistics.fmean(transfer_time(t, world_size, num_stages) for t in traces),
+            "stage_times": stage_times(traces, num_stages), "transfer_time": statistics.fmean(latencies),
             "simulated_trace": sims[-1]}
 
 

@@ -11,7 +11,7 @@ import html
 from ..sim import pipeline, schedules
 from .pipeline_view import draw_gantt
 
-NAMES = ("naive", "gpipe", "1f1b", "interleaved", "zero-bubble")
+NAMES = tuple(schedules.SCHEDULES)  # naive, gpipe, 1f1b, interleaved, zero-bubble
 
 
 def fitted(name: str, stages: int, microbatches: int, chunks: int) -> tuple[int, int]:
