@@ -25,17 +25,9 @@ from torch import nn
 
 from .._checks import check_int
 from ..sim.tensor_parallel import check_divisible
+from .collectives import _plan
 
-
-def ring_elements_sent(op: str, numel: int, world_size: int, rank: int) -> int:
-    """Elements `rank` sends in a ring `op` over a `numel` buffer (for all-gather: the gathered size).
-
-    Chunks as torch.tensor_split: the first numel % n get one more element. The reduce-scatter half sends
-    every chunk but the rank's own; the all-gather half every chunk but the one it receives last, r+1's."""
-    n = world_size
-    sizes = [numel // n + (i < numel % n) for i in range(n)]
-    gather = numel - sizes[(rank + 1) % n]
-    return gather + (numel - sizes[rank] if op == "all-reduce" else 0)
+RING_PLANS = {"all-reduce": "ring-allreduce", "all-gather": "ring-all-gather"}  # simlab.sim.collectives
 
 
 class CommStats:
@@ -48,7 +40,8 @@ class CommStats:
 
     def record(self, phase: str, op: str, numel: int, itemsize: int) -> None:
         self.calls[phase, op] = self.calls.get((phase, op), 0) + 1
-        self.bytes_sent += ring_elements_sent(op, numel, self.world_size, self.rank) * itemsize
+        # what the simulator's ring plan of this size sends from this rank (for all-gather: the gathered size)
+        self.bytes_sent += _plan(RING_PLANS[op], self.world_size, numel, itemsize).bytes_sent_per_rank()[self.rank]
 
     def count(self, phase: str, op: str = "all-reduce") -> int:
         return self.calls.get((phase, op), 0)

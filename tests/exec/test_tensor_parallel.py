@@ -58,8 +58,10 @@ def test_torch_tp_runs_the_same_forward_collective(run):
 @pytest.mark.parametrize("numel, n", [(10, 4), (64, 4), (7, 3), (5, 1)])
 def test_ring_accounting_is_the_simulators(numel, n):
     for r in range(n):
-        assert T.ring_elements_sent("all-reduce", numel, n, r) == ring_all_reduce(n, numel, 1).bytes_sent_per_rank()[r]
-        assert T.ring_elements_sent("all-gather", numel, n, r) == ring_all_gather(n, numel, 1).bytes_sent_per_rank()[r]
+        for op, plan in (("all-reduce", ring_all_reduce), ("all-gather", ring_all_gather)):
+            stats = T.CommStats(r, n)
+            stats.record("forward", op, numel, 1)
+            assert stats.bytes_sent == plan(n, numel, 1).bytes_sent_per_rank()[r]
 
 
 def _linears(rank, world_size):
