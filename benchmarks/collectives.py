@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from _common import paired_quartiles  # benchmarks/ is on sys.path when run as a script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from simlab.exec.collectives import ring_all_reduce  # noqa: E402
@@ -66,10 +67,9 @@ def run(sizes_mb, world_size: int = 4, repeats: int = 20, warmup: int = 2, backe
                    for name in ("ours", "torch")}
         ours, torch_ = (statistics.median(slowest[name]) * 1e3 for name in ("ours", "torch"))
         # ratios of back-to-back pairs: their spread shows how much the machine's noise moves the ratio
-        paired = sorted(o / t for o, t in zip(slowest["ours"], slowest["torch"]))
-        quart = statistics.quantiles(paired, n=4, method="inclusive") if repeats > 1 else paired * 3
+        p25, p75 = paired_quartiles(slowest["ours"], slowest["torch"])
         rows.append({"size_mb": size_mb, "world_size": world_size, "repeats": repeats, "ours_ms": ours,
-                     "torch_ms": torch_, "ratio": ours / torch_, "ratio_p25": quart[0], "ratio_p75": quart[2]})
+                     "torch_ms": torch_, "ratio": ours / torch_, "ratio_p25": p25, "ratio_p75": p75})
     return rows
 
 

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import count  # benchmarks/ is on sys.path when run as a script
+from _common import count, load_warning, paired_quartiles  # benchmarks/ is on sys.path when run as a script
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -96,9 +96,7 @@ def run(params: int, world_size: int = 4, cap_mb: float = 25.0, steps: int = 20,
     row.update({f"{name}_ms": median[name] for name in CONTENDERS})
     for name in OURS:  # ratios of back-to-back steps: their spread shows how much noise moves the ratio
         row[f"{name}_ratio"] = median[name] / median["torch-ddp"]
-        paired = sorted(o / t for o, t in zip(slowest[name], slowest["torch-ddp"]))
-        quart = statistics.quantiles(paired, n=4, method="inclusive") if steps > 1 else paired * 3
-        row[f"{name}_ratio_p25"], row[f"{name}_ratio_p75"] = quart[0], quart[2]
+        row[f"{name}_ratio_p25"], row[f"{name}_ratio_p75"] = paired_quartiles(slowest[name], slowest["torch-ddp"])
     for name in OURS:  # all-reduce time per step, mean over ranks and steps
         per = [o for r in ranks for o in r["overlap"][name]]
         row[f"{name}_hidden_ms"] = 1e3 * sum(h for h, _ in per) / len(per)
@@ -124,9 +122,7 @@ def main(argv=None) -> int:
         parser.error(f"--torch-bucket-cap-mb={args.torch_bucket_cap_mb}: must be > 0")
     if args.global_batch % args.world_size:
         parser.error(f"--global-batch={args.global_batch}: must be divisible by --world-size={args.world_size}")
-    load = os.getloadavg()[0]
-    if load > 1.5:
-        print(f"warning: 1-min load average {load:.2f} > 1.5: timings will be noisy", file=sys.stderr)
+    load = load_warning()
     row = run(args.params, args.world_size, args.bucket_cap_mb, args.steps, args.warmup, args.global_batch,
               args.torch_bucket_cap_mb)
     if args.json:

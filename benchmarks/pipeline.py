@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import os
 import statistics
 import sys
 import time
@@ -36,6 +35,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import nn
+from _common import load_warning  # benchmarks/ is on sys.path when run as a script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from simlab.plan import Action  # noqa: E402
@@ -155,9 +155,7 @@ def main(argv=None) -> int:
     names = [n.strip() for n in args.only.split(",")] if args.only else list(SECTIONS)
     if unknown := [n for n in names if n not in SECTIONS]:
         parser.error(f"--only: unknown {unknown}; choose from {','.join(SECTIONS)}")
-    load = os.getloadavg()[0]
-    if load > 1.5:
-        print(f"warning: 1-min load average {load:.2f} > 1.5: timings will be noisy", file=sys.stderr)
+    load = load_warning()
     rows = {name: SECTIONS[name][0](repeats=args.repeats) for name in names}
     if args.json:
         print(json.dumps({"load_1min": load, **rows}, indent=2))

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import torch.distributed as dist
+from _common import load_warning, paired_quartiles  # benchmarks/ is on sys.path when run as a script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from simlab.exec.launch import launch  # noqa: E402
@@ -82,12 +83,11 @@ def run(world_size: int = 4, block: str = "mlp", batch: int = 4, seq: int = 128,
                    timeout=1800)  # CPU tensors and a "cpu" mesh: gloo even where GPUs exist
     slowest = {name: [max(r["times"][name][i] for r in ranks) for i in range(steps)] for name in CONTENDERS}
     median = {name: statistics.median(ts) * 1e3 for name, ts in slowest.items()}
-    paired = sorted(o / t for o, t in zip(slowest["ours"], slowest["torch-dtensor"]))  # back-to-back steps
-    quart = statistics.quantiles(paired, n=4, method="inclusive") if steps > 1 else paired * 3
+    p25, p75 = paired_quartiles(slowest["ours"], slowest["torch-dtensor"])  # back-to-back steps
     return {"block": block, "world_size": world_size, "batch": batch, "seq": seq, "hidden": hidden,
             "ffn": 4 * hidden, "heads": heads, "steps": steps, "warmup": warmup, "load_1min": load,
             "ours_ms": median["ours"], "torch_dtensor_ms": median["torch-dtensor"],
-            "ratio": median["ours"] / median["torch-dtensor"], "ratio_p25": quart[0], "ratio_p75": quart[2],
+            "ratio": median["ours"] / median["torch-dtensor"], "ratio_p25": p25, "ratio_p75": p75,
             "target": TARGET}
 
 
@@ -109,9 +109,7 @@ def main(argv=None) -> int:
         parser.error(f"--hidden={args.hidden}: 4x it must be divisible by --world-size={args.world_size}")
     if args.block == "attention" and (args.heads % args.world_size or args.hidden % args.heads):
         parser.error(f"--heads={args.heads}: must divide --hidden and be divisible by --world-size")
-    load = os.getloadavg()[0]
-    if load > 1.5:
-        print(f"warning: 1-min load average {load:.2f} > 1.5: timings will be noisy", file=sys.stderr)
+    load = load_warning()
     row = run(args.world_size, args.block, args.batch, args.seq, args.hidden, args.heads, args.steps, args.warmup)
     if args.json:
         print(json.dumps(row, indent=2))

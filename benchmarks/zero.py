@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import torch
-from _common import count  # benchmarks/ is on sys.path when run as a script
+from _common import count, load_warning, paired_quartiles  # benchmarks/ is on sys.path when run as a script
 import torch.distributed as dist
 from torch import nn
 
@@ -128,9 +128,7 @@ def run(params: int, world_size: int = 4, steps: int = 20, warmup: int = 3, glob
         if peer not in median:
             continue
         row[f"{name}_ratio"] = median[name] / median[peer]
-        paired = sorted(o / t for o, t in zip(slowest[name], slowest[peer]))  # back-to-back steps
-        quart = statistics.quantiles(paired, n=4, method="inclusive") if steps > 1 else paired * 3
-        row[f"{name}_ratio_p25"], row[f"{name}_ratio_p75"] = quart[0], quart[2]
+        row[f"{name}_ratio_p25"], row[f"{name}_ratio_p75"] = paired_quartiles(slowest[name], slowest[peer])
         if name in TARGET:
             row[f"{name}_target"] = TARGET[name]
     return row
@@ -157,9 +155,7 @@ def main(argv=None) -> int:
         unknown = [c for c in contenders if c not in CONTENDERS]
         if unknown or not contenders:
             parser.error(f"--only: unknown {unknown}; choose from {','.join(CONTENDERS)}")
-    load = os.getloadavg()[0]
-    if load > 1.5:
-        print(f"warning: 1-min load average {load:.2f} > 1.5: timings will be noisy", file=sys.stderr)
+    load = load_warning()
     row = run(args.params, args.world_size, args.steps, args.warmup, args.global_batch, contenders)
     if args.json:
         print(json.dumps(row, indent=2))
