@@ -7,7 +7,7 @@ TORCH_CPU ?= torch==2.13.0
 TORCH_GPU ?= torch>=2.4
 NBVAL_PATHS := notebooks solutions
 
-.PHONY: setup lab test test-fast bench exercises notebooks clean
+.PHONY: setup lab test test-fast bench gpu-check exercises notebooks clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,10 @@ bench: setup
 	$(BIN)/python benchmarks/zero.py
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/tensor_parallel.py
+
+# every lesson's parity on NCCL and ZeRO's CUDA memory vs the model (needs NVIDIA GPUs; prints a table)
+gpu-check: setup
+	$(BIN)/python tools/gpu_check.py
 
 exercises: setup
 	$(BIN)/python tools/make_exercises.py

@@ -1,4 +1,4 @@
-"""How fast is our DDP (simlab.exec.ddp.BucketedDDP) next to torch's DistributedDataParallel?
+"""How fast is our DDP (simlab.exec.data_parallel.BucketedDDP) next to torch's DistributedDataParallel?
 
 Trains the same MLP (≥ 4M parameters, float32) on the same data, in one launched run, with four
 contenders: ours with the ring all-reduce thread, the same counting bytes (a `Recorder`, which starts
@@ -34,7 +34,7 @@ from _common import count, load_warning, paired_quartiles  # benchmarks/ is on s
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from simlab.exec.ddp import BucketedDDP  # noqa: E402
+from simlab.exec.data_parallel import BucketedDDP  # noqa: E402
 from simlab.exec.launch import launch  # noqa: E402
 from simlab.exec.models import loss_fn, make_batch, make_mlp, mlp_sizes, num_params, shard  # noqa: E402
 

@@ -109,8 +109,8 @@ STEP_HIDDEN, STEP_BATCH = 512, 1024  # one micro-batch's forward takes milliseco
 
 def step_section(repeats: int = 5) -> dict:
     """Our executor vs torch.distributed.pipelining: same model, split, micro-batches and schedule,
-    4 gloo ranks, steps alternating in one launched run (simlab.exec.pipeline_torch.time_pipeline_steps)."""
-    from simlab.exec.pipeline_torch import time_pipeline_steps
+    4 gloo ranks, steps alternating in one launched run (simlab.parity.pipeline_torch.time_pipeline_steps)."""
+    from simlab.parity.pipeline_torch import time_pipeline_steps
     rows = [time_pipeline_steps(name, 4, 8, v, steps=max(repeats, 3), global_batch=STEP_BATCH, hidden=STEP_HIDDEN)
             for name, v in STEP_RUNS]
     return {"world_size": 4, "microbatches": 8, "hidden": STEP_HIDDEN, "global_batch": STEP_BATCH, "runs": rows}
@@ -127,8 +127,8 @@ def print_step(row: dict) -> None:
 
 def bubble_section(repeats: int = 5) -> dict:
     """The measured bubble of a real run beside the simulator's fed that run's per-action times
-    (simlab.exec.pipeline_parity.compare_bubbles); the issue's target: within 10 %."""
-    from simlab.exec.pipeline_parity import compare_bubbles
+    (simlab.parity.pipeline.compare_bubbles); the issue's target: within 10 %."""
+    from simlab.parity.pipeline import compare_bubbles
     return {"runs": [compare_bubbles(name, 4, 8, v, steps=max(repeats, 3)) for name, v in STEP_RUNS]}
 
 

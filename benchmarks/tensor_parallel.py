@@ -34,7 +34,8 @@ from _common import load_warning, paired_quartiles  # benchmarks/ is on sys.path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from simlab.exec.launch import launch  # noqa: E402
 from simlab.exec.tensor_parallel import ParallelMLP, ParallelSelfAttention  # noqa: E402
-from simlab.exec.tensor_parallel_parity import make_block, make_input, torch_plan  # noqa: E402
+from simlab.exec.models import make_block, make_input  # noqa: E402
+from simlab.parity.tensor_parallel import torch_plan  # noqa: E402
 
 CONTENDERS = ("ours", "torch-dtensor")
 TARGET = 1.10
@@ -51,7 +52,7 @@ def _step(model, x, grad_out) -> float:
 
 
 def _torch_model(block, full, world_size):
-    """torch's TP of the same block, with the plan simlab.exec.tensor_parallel_parity.torch_tp uses."""
+    """torch's TP of the same block, with the plan simlab.parity.tensor_parallel.torch_tp uses."""
     import copy
 
     from torch.distributed.device_mesh import init_device_mesh
@@ -62,7 +63,7 @@ def _torch_model(block, full, world_size):
 def _worker(rank, world_size, block, batch, seq, hidden, heads, steps, warmup) -> dict:
     full = make_block(block, hidden, heads, 4 * hidden)
     x, grad_out = make_input(batch, seq, hidden)  # (b, s, h) each, the same on every rank
-    ours = (ParallelMLP if block == "mlp" else ParallelSelfAttention).from_full(full, rank, world_size)
+    ours = (ParallelMLP if block == "mlp" else ParallelSelfAttention).from_full(full)
     runs = {"ours": ours, "torch-dtensor": _torch_model(block, full, world_size)}
     times = {name: [] for name in CONTENDERS}
     for i in range(warmup + steps):  # warm-up: page faults, connections, DTensor's sharding-propagation caches

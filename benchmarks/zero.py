@@ -59,7 +59,7 @@ def _step(model, opt, x, y) -> float:
 
 
 def _fsdp2(sizes):
-    """torch's ZeRO-3, as in simlab.exec.zero_parity._torch_fsdp: one `fully_shard` per Linear, then the root."""
+    """torch's ZeRO-3, as in simlab.parity.zero._torch_fsdp: one `fully_shard` per Linear, then the root."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     model, mesh = make_mlp(sizes), init_device_mesh("cpu", (dist.get_world_size(),))
@@ -71,7 +71,7 @@ def _fsdp2(sizes):
 
 
 def _zero1(sizes):
-    """torch's ZeRO-1, as in simlab.exec.zero_parity._torch_zero: DDP + ZeroRedundancyOptimizer(Adam)."""
+    """torch's ZeRO-1, as in simlab.parity.zero._torch_zero: DDP + ZeroRedundancyOptimizer(Adam)."""
     from torch.distributed.optim import ZeroRedundancyOptimizer
     ddp = nn.parallel.DistributedDataParallel(make_mlp(sizes))
     return ddp, ZeroRedundancyOptimizer(ddp.parameters(), optimizer_class=torch.optim.Adam, lr=LR)
@@ -79,7 +79,7 @@ def _zero1(sizes):
 
 def _ours(sizes, rank, world_size, stage, offload=False):
     model = make_mlp(sizes)  # same init everywhere: ZeRO does not broadcast
-    return model, ZeroAdam(model, stage, rank, world_size, lr=LR, offload=offload)
+    return model, ZeroAdam(model, stage, lr=LR, offload=offload)
 
 
 def _worker(rank, world_size, sizes, global_batch, steps, warmup, contenders) -> dict:

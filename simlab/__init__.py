@@ -9,7 +9,13 @@ from .sim.cost import alpha_beta
 from .sim.stepper import PlanError, simulate
 from .trace import Event, Trace
 
-__version__ = "0.1.0"
+from . import _moved
+
+__version__ = "0.2.0"
+__all__ = ["Action", "CollectivePlan", "Transfer", "split_sizes", "make_inputs", "make_plan", "naive_all_reduce",
+           "ring_all_gather", "ring_all_reduce", "ring_reduce_scatter", "tree_broadcast", "alpha_beta", "PlanError",
+           "simulate", "Event", "Trace", "launch", "WorkerError"]
+_moved.install()  # old module paths (before 0.2) still import, with a DeprecationWarning
 
 _LAZY = {"launch": "simlab.exec.launch", "WorkerError": "simlab.exec.launch"}
 

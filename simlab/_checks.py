@@ -1,6 +1,8 @@
-"""One-line input checks shared by the simulator, the executor and the CLI.
+"""One-line input checks shared by the simulator, the executor, the parity runs and the CLI.
 
-Each raises `ValueError` naming the parameter and what is allowed, before any process starts.
+Each raises `ValueError` naming the parameter and what is allowed, before any process starts. The
+CLI rewrites a parameter's name into the flag the user typed (`world_size=` → `--world-size=`), so
+every rule lives here, or in its lesson's `sim/` module, exactly once.
 """
 from __future__ import annotations
 
@@ -28,7 +30,29 @@ def check_choice(name: str, value, allowed) -> str:
     return value
 
 
+def check_bool(name: str, value) -> bool:
+    if value is not True and value is not False:
+        raise ValueError(f"{name}={value!r}: must be True or False")
+    return value
+
+
 def check_positive(name: str, value) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{name}={value!r}: must be a positive number")
     return float(value)
+
+
+def check_divisible(name: str, value: int, by_name: str, by: int) -> int:
+    """`value` must split into `by` equal parts (Megatron's shards, a batch over ranks, …)."""
+    if value % by:
+        raise ValueError(f"{name}={value}: must be divisible by {by_name}={by}")
+    return value
+
+
+def check_batch(global_batch, world_size: int, accumulate: int = 1) -> int:
+    """Every rank (and each of its `accumulate` micro-batches) gets the same number of samples."""
+    check_int("global_batch", global_batch, 1)
+    if global_batch % (world_size * accumulate):
+        by = f"world_size={world_size}" + (f" x accumulate={accumulate}" if accumulate > 1 else "")
+        raise ValueError(f"global_batch={global_batch}: must be divisible by {by}")
+    return global_batch

@@ -2,10 +2,12 @@
 
 A simulated run and a real run of the same plan produce traces that differ only in timing.
 `Trace.signature()` drops the timing, so "simulated == real" is one equality check.
+`Recorder` is the one way every engine records its events (real wall time or model time).
 """
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import asdict, dataclass
 
 
@@ -80,6 +82,61 @@ class Trace(list):
             rows.append({"name": label, "cat": e.kind, "ph": "X", "pid": 0, "tid": e.rank,
                          "ts": e.start * 1e6, "dur": max(e.end - e.start, 0.0) * 1e6, "args": args})
         return json.dumps({"traceEvents": rows})
+
+
+class Recorder:
+    """One rank's events as they happen: every engine, real or simulated, records through this.
+
+    Times are seconds since `origin`, a `clock()` reading (default: when the recorder was made); with
+    origin=0.0 they are the clock's own readings, which all processes on one host share
+    (`time.perf_counter` is CLOCK_MONOTONIC). A simulator passes model times to `record` itself.
+    `step` is the step new events belong to; with `limit`, steps from `limit` on are not kept, so a
+    long training run does not grow its trace without bound. `snapshots`/`values`: a collective's
+    per-step copies of what the rank held (see `simlab.exec.collectives.run_plan`).
+
+    >>> rec = Recorder(rank=1, origin=0.0, clock=lambda: 5.0)
+    >>> rec.timed("compute", "fwd", lambda: 42), rec.events[0].start, rec.events[0].end
+    (42, 5.0, 5.0)
+    >>> _ = rec.record("send", 5.0, 6.0, peer=2, nbytes=8); rec.bytes_sent
+    8
+    """
+
+    def __init__(self, rank: int = 0, origin: float | None = None, limit: int | None = None,
+                 snapshots: bool = False, clock=time.perf_counter):
+        self.rank, self.step, self.limit, self.clock = rank, 0, limit, clock
+        self.origin = clock() if origin is None else origin
+        self.events, self.snapshots, self.values = Trace(), snapshots, []
+
+    def now(self) -> float:
+        return self.clock() - self.origin
+
+    def restart(self) -> None:
+        """Times count from now on (e.g. right after a barrier all ranks left together)."""
+        self.origin = self.clock()
+
+    def record(self, kind: str, start: float, end: float, name: str = "", **fields) -> Event | None:
+        """Append one Event (rank and step default to the recorder's); None if past `limit`."""
+        step = fields.pop("step", self.step)
+        if self.limit is not None and step >= self.limit:
+            return None
+        event = Event(fields.pop("rank", self.rank), kind, step, name=name, start=start, end=end, **fields)
+        self.events.append(event)
+        return event
+
+    def timed(self, kind: str, name: str, fn, **fields):
+        """Run `fn()` and record how long it took; returns what `fn` returned."""
+        start = self.now()
+        out = fn()
+        self.record(kind, start, self.now(), name, **fields)
+        return out
+
+    @property
+    def bytes_sent(self) -> int:
+        return sum(e.nbytes for e in self.events if e.kind == "send")
+
+    @property
+    def bytes_received(self) -> int:
+        return sum(e.nbytes for e in self.events if e.kind == "recv")
 
 
 def merge(traces) -> Trace:

@@ -18,3 +18,12 @@ def rejected(capsys):
         assert message in err and err.count("\n") == 1, err
         assert multiprocessing.active_children() == []
     return check
+
+
+@pytest.fixture
+def no_launch(monkeypatch):
+    """Fails the test if anything tries to start worker processes (checks must refuse bad input first).
+    Patched where every launch passes, whichever module imported `launch`."""
+    import simlab.exec.launch as L
+    monkeypatch.setattr(L, "_pick_start_method", lambda *a: pytest.fail("a process was started"))
+    monkeypatch.setattr(L, "_run_under_torchrun", lambda *a: pytest.fail("a process was started"))

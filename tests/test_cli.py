@@ -50,7 +50,8 @@ def test_collective_show_steps_prints_tables(capsys):
     (["collective", "ring-allgatherx"], "invalid choice: 'ring-allgatherx'"),
     (["run", "allreduce", "--world-size", "0"], "--world-size=0"),
     (["run", "allreduce", "--size", "-4"], "--size=-4"),
-    (["run", "allreduce", "--world-size", "2", "--backend", "nccl"], "--world-size=2: backend 'nccl' needs 2 GPUs"),
+    (["run", "allreduce", "--world-size", "2", "--backend", "nccl"],
+     "--backend='nccl': needs one GPU per rank, 2 for --world-size=2"),
     (["run", "allreduce", "--backend", "mpi"], "--backend='mpi'"),
     (["run", "allreducex"], "invalid choice: 'allreducex'"),
 ])
@@ -58,10 +59,30 @@ def test_bad_arguments_get_one_line_naming_the_parameter(argv, message, rejected
     rejected(argv, message)
 
 
-@pytest.mark.parametrize("argv", [[], ["collective"], ["run"]])
-def test_every_command_has_help(argv):
-    out = _run(*argv, "--help")
-    assert "usage: simlab" in out.stdout and "--json" in out.stdout or argv == []
+def _commands():
+    """Every command and every `run` target, as argv prefixes, straight from the parser."""
+    from simlab.cli import build_parser
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    run = next(a for a in sub.choices["run"]._actions if a.dest == "target")
+    return [[name] for name in sub.choices if name != "run"] + [["run", name] for name in run.choices]
+
+
+def test_every_command_has_help_and_json(capsys):
+    for argv in [[], ["run"]] + _commands():
+        with pytest.raises(SystemExit) as exit_info:
+            main([*argv, "--help"])
+        out = capsys.readouterr().out
+        assert exit_info.value.code == 0 and "usage: simlab" in out
+        assert "--json" in out or len(argv) < 2 and argv in ([], ["run"]), argv
+
+
+def test_every_run_target_names_the_same_flags_the_same_way(capsys):
+    for argv in (a for a in _commands() if a[0] == "run"):
+        with pytest.raises(SystemExit):
+            main([*argv, "--help"])
+        out = capsys.readouterr().out
+        for flag in ("--world-size", "--backend", "--timeout", "--seed", "--json"):
+            assert flag in out, (argv, flag)
 
 
 def test_run_allreduce_json_on_real_processes():

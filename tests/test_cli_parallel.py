@@ -87,7 +87,7 @@ def test_run_pp_json_matches_one_process_and_the_simulator(capsys):
     (["--microbatches", "6", "--global-batch", "12"], {"microbatches": 6, "global_batch": 12}),
 ])
 def test_run_pp_passes_microbatches_global_batch_and_two_steps(monkeypatch, argv, want, capsys):
-    import simlab.exec.pipeline_parity as PP
+    import simlab.parity.pipeline as PP
     seen = {}
     def fake(schedule, **kwargs):
         seen.update(kwargs)

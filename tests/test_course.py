@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from simlab.grading import check_ring_all_gather
-from simlab.plan import CollectivePlan, Transfer, split_sizes
+from simlab.grading.collectives import check_ring_all_gather
+from simlab.plan import CollectivePlan, Transfer
 from simlab.sim.collectives import ring_all_gather, ring_all_reduce
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +85,7 @@ def test_grader_lets_the_stub_error_through():
 
 
 def test_bucketing_grader_accepts_the_reference_and_rejects_mistakes(capsys):
-    from simlab.grading import check_bucketing
+    from simlab.grading.data_parallel import check_bucketing
     from simlab.sim.buckets import BucketReadiness, assign_buckets
 
     check_bucketing(assign_buckets, BucketReadiness)

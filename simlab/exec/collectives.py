@@ -1,39 +1,28 @@
 """Hand-written collectives: the simulator's plans, run on real processes with isend/irecv.
 
 Teaches: a collective is a plan of point-to-point transfers. `run_plan` executes any `CollectivePlan`
-step by step and records one `Event` per send and receive, the same trace the simulator predicts.
-Torch-like wrappers (`ring_all_reduce(t)` acts like `dist.all_reduce(t)`) sit on top.
-`simlab.exec.compare.run_collective` launches workers and checks them against torch and the simulator.
+step by step on a process group and records one `Event` per send and receive (`simlab.trace.Recorder`),
+the same trace the simulator predicts. Ranks in a plan are ranks *in the group*: torch maps them to
+global ranks (`group_src`/`group_dst`), so a ring runs the same on WORLD or on a tensor-parallel pair.
+Torch-like wrappers (`ring_all_reduce(t, group=g)` acts like `dist.all_reduce(t, group=g)`) sit on top.
+`simlab.parity.collectives.run_collective` launches workers and checks them against torch and the simulator.
 
 Speed against gloo: `.venv/bin/python benchmarks/collectives.py`.
 """
 from __future__ import annotations
 
 import time
-from functools import lru_cache
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
 from .._checks import check_int
-from ..plan import CollectivePlan, chunk_offsets, split_sizes
-from ..sim import collectives as plans
-from ..trace import Event
+from ..plan import CollectivePlan, chunk_offsets
+from ..sim.collectives import plan_for
+from ..trace import Recorder
 
 LANE_BYTES = 1 << 20  # chunks of 2 x this or more are cut into 2 pipelined lanes (see run_plan)
-
-
-class Recorder:
-    """One rank, one `run_plan` call: its events, bytes and (if `snapshots`) the values it held.
-
-    `values[k][chunk]`: int64 copy of a held chunk after step k-1 (k=0: before step 0), None where
-    the plan says this rank does not hold it yet. Exact for integer-valued data (what lessons use).
-    """
-
-    def __init__(self, snapshots: bool = False):
-        self.snapshots, self.events, self.values = snapshots, [], []
-        self.bytes_sent = self.bytes_received = 0
 
 
 _SCRATCH: dict = {}  # (dtype, device, lane, slot) -> buffer, reused across calls: no allocation per step
@@ -64,8 +53,12 @@ def _flat(plan: CollectivePlan, tensor: torch.Tensor, group) -> torch.Tensor:
 
 def run_plan(plan: CollectivePlan, tensor: torch.Tensor, recorder: Recorder | None = None, group=None,
              lanes: int | None = None) -> None:
-    """Execute `plan` on this rank, in place on `tensor` (plan.numel elements).
+    """Execute `plan` on this rank of `group` (default: WORLD), in place on `tensor` (plan.numel elements).
 
+    With a `recorder` (`simlab.trace.Recorder`): one send/recv Event per transfer, timed from a barrier
+    all ranks leave together; with `recorder.snapshots`, `recorder.values[k][chunk]` is an int64 copy of
+    each held chunk after step k-1 (k=0: before step 0), None where the plan says it is not held yet —
+    exact for integer-valued data (what lessons use).
     Each chunk is cut into `lanes` parts; lane j runs the plan on the j-th parts. The lanes take turns,
     so one lane adds while the other's data is on the wire, as gloo pipelines segments. Default: 2 lanes
     for chunks of 2 x LANE_BYTES or more, else 1 (small messages are latency-bound). A transfer is
@@ -78,8 +71,8 @@ def run_plan(plan: CollectivePlan, tensor: torch.Tensor, recorder: Recorder | No
     lanes = [_Lane(plan, flat, rank, j, check_int("lanes", lanes, 1), snap) for j in range(lanes)]
     if recorder is not None:
         dist.barrier(group)  # every rank starts its clock together, so timelines line up
-        t0 = time.perf_counter()
-        _record(recorder, rank, -1, lanes, t0)
+        recorder.restart()
+        _record(recorder, rank, -1, lanes)
     for k in range(plan.num_steps + 1):
         for lane in lanes:  # lane 0 ends step k-1 and posts step k while lane 1's step k-1 is in flight
             if k > 0:
@@ -87,7 +80,7 @@ def run_plan(plan: CollectivePlan, tensor: torch.Tensor, recorder: Recorder | No
             if k < plan.num_steps:
                 lane.start(plan.steps[k], group)
         if recorder is not None and k > 0:
-            _record(recorder, rank, k - 1, lanes, t0)
+            _record(recorder, rank, k - 1, lanes)
 
 
 class _Lane:
@@ -143,16 +136,14 @@ class _Lane:
                 for c, x in enumerate(self.chunks)]
 
 
-def _record(recorder: Recorder, rank: int, k: int, lanes, t0: float) -> None:
+def _record(recorder: Recorder, rank: int, k: int, lanes) -> None:
     """Step k's events, all lanes as one, in plan order (the simulator's order); then the values."""
     for i, t in enumerate(lanes[0].done if k >= 0 else ()):
         is_send = t.src == rank  # a transfer never goes from a rank to itself
         nbytes = sum(lane.chunks[t.chunk].nbytes for lane in lanes)  # what went on the wire
         start, end = min(lane.times[i][0] for lane in lanes), max(lane.times[i][1] for lane in lanes)
-        recorder.events.append(Event(rank, "send" if is_send else "recv", k, t.dst if is_send else t.src,
-                                     t.chunk, nbytes, start=start - t0, end=end - t0))
-        recorder.bytes_sent += nbytes if is_send else 0
-        recorder.bytes_received += 0 if is_send else nbytes
+        recorder.record("send" if is_send else "recv", start - recorder.origin, end - recorder.origin,
+                        rank=rank, step=k, peer=t.dst if is_send else t.src, chunk=t.chunk, nbytes=nbytes)
     if recorder.snapshots:  # a held chunk = its lanes' parts end to end
         recorder.values.append(tuple(None if part is None else np.concatenate([lane.parts[c] for lane in lanes])
                                      for c, part in enumerate(lanes[0].parts)))
@@ -160,29 +151,23 @@ def _record(recorder: Recorder, rank: int, k: int, lanes, t0: float) -> None:
 
 # ---- torch-like API: build the plan from the group and the tensor, then run it -------------------
 
-@lru_cache(maxsize=256)  # plans are immutable: build each shape once, not on every call
-def _plan(name: str, world_size: int, numel: int, itemsize: int, root: int = 0) -> CollectivePlan:
-    kwargs = {"root": root} if name in ("broadcast", "naive-allreduce") else {}
-    return plans.PLANS[name](world_size, numel, itemsize=itemsize, **kwargs)
-
-
 def _plan_for(name: str, tensor: torch.Tensor, group, root: int = 0) -> CollectivePlan:
-    return _plan(name, dist.get_world_size(group), tensor.numel(), tensor.element_size(), root)
+    return plan_for(name, dist.get_world_size(group), tensor.numel(), tensor.element_size(), root)
 
 
 def ring_all_reduce(tensor, recorder=None, group=None) -> None:
     """Like `dist.all_reduce(tensor)` (SUM), in place, over a ring: 2(n-1) steps."""
-    run_plan(_plan_for("ring-allreduce", tensor, group), tensor, recorder, group)
+    run_plan(_plan_for("ring-all-reduce", tensor, group), tensor, recorder, group)
 
 
 def naive_all_reduce(tensor, root=0, recorder=None, group=None) -> None:
     """Like `dist.all_reduce(tensor)`, but everything goes through `root` (DP style)."""
-    run_plan(_plan_for("naive-allreduce", tensor, group, root), tensor, recorder, group)
+    run_plan(_plan_for("naive-all-reduce", tensor, group, root), tensor, recorder, group)
 
 
 def tree_broadcast(tensor, root=0, recorder=None, group=None) -> None:
     """Like `dist.broadcast(tensor, src=root)`, over a binomial tree."""
-    run_plan(_plan_for("broadcast", tensor, group, root), tensor, recorder, group)
+    run_plan(_plan_for("tree-broadcast", tensor, group, root), tensor, recorder, group)
 
 
 def ring_reduce_scatter(output, input, recorder=None, group=None) -> None:

@@ -57,12 +57,14 @@ def resolve_backend(backend: str, world_size: int) -> str:
     if backend == "auto":
         return "nccl" if gpus >= world_size else "gloo"
     if backend == "nccl" and gpus < world_size:
-        raise ValueError(f"world_size={world_size}: backend 'nccl' needs {world_size} GPUs, found {gpus}")
+        raise ValueError(f"backend='nccl': needs one GPU per rank, {world_size} for world_size={world_size}; "
+                         f"found {gpus}")
     return backend
 
 
 def device() -> torch.device:
-    """Where this rank should put its tensors: its own GPU under NCCL, else the CPU."""
+    """Where this rank should put its tensors: its own GPU under NCCL, else the CPU. Every engine takes
+    its device from its tensors or a `device=` argument; the parity runs pass this one."""
     if dist.is_initialized() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")

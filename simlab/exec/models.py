@@ -1,9 +1,10 @@
-"""Tiny deterministic models and the single-process references every parallel run is checked against.
+"""Tiny deterministic models and data: the same network in every process, so every parallel run can be
+checked against one process training it whole (`simlab.parity`).
 
-What it teaches: data parallelism must not change the maths. Training on the whole global batch in
-one process (`reference_train`) is the ground truth; DP and DDP split the batch over ranks and must
-reproduce its losses and final parameters (fp32, to ~1e-6). Everything here is seeded, so two calls
-with the same arguments build bit-identical models and batches — in any process.
+What it teaches: parallelism must not change the maths. Everything here is seeded (`seeded`), so two
+calls with the same arguments build bit-identical models and batches — in any process, on any rank.
+The MLP (`make_mlp`) serves DP, DDP, ZeRO and the pipeline; the transformer blocks (`MLP`,
+`SelfAttention`, `make_block`) are the unsplit layers tensor parallelism cuts up.
 
     >>> model = make_mlp([8, 16, 4], seed=0)
     >>> num_params(model)
@@ -18,32 +19,41 @@ import contextlib
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from .._checks import check_int, check_positive
+from .._checks import check_int
 
 TINY_MLP = (16, 32, 32, 32, 4)  # 2,788 parameters: parity runs take well under a second
 
 
+@contextlib.contextmanager
+def seeded(seed: int):
+    """nn.Linear draws its init from torch's global generator: pin it to `seed` inside, restore it after,
+    so building a model never disturbs (nor depends on) anyone else's random stream."""
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        torch.random.set_rng_state(state)
+
+
 def make_mlp(sizes, seed: int = 0) -> nn.Sequential:
-    """Linear → GELU → … → Linear with widths `sizes` (first = inputs, last = outputs), float32.
+    """Linear → GELU → … → Linear with widths `sizes` (first = inputs, last = outputs), float32, on the CPU.
 
     The parameter count is Σ (sizes[i] + 1)·sizes[i+1]; use `mlp_sizes(params)` to hit a target.
     """
     sizes = [check_int(f"sizes[{i}]", s, 1) for i, s in enumerate(sizes)]
     if len(sizes) < 2:
         raise ValueError(f"sizes={sizes}: need at least an input and an output width")
-    gen_state = torch.random.get_rng_state()
-    torch.manual_seed(seed)  # nn.Linear draws its init from the global generator: pin it, then restore
-    try:
+    with seeded(seed):
         layers = []
         for i, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
-            layers.append(nn.Linear(fan_in, fan_out, dtype=torch.float32))
+            layers.append(nn.Linear(fan_in, fan_out, dtype=torch.float32, device="cpu"))
             if i < len(sizes) - 2:  # no activation after the last layer: it is a regression head
                 layers.append(nn.GELU())
         return nn.Sequential(*layers)
-    finally:
-        torch.random.set_rng_state(gen_state)
 
 
 def mlp_sizes(params: int, depth: int = 4, in_features: int | None = None,
@@ -90,27 +100,6 @@ def shard(batch, rank: int, world_size: int):
     return tuple(out)
 
 
-def reference_train(model_fn, batch, steps: int, lr: float = 0.1):
-    """Train `model_fn()` with SGD on the whole `batch` (x, y) in one process.
-
-    Returns (losses, final_params): one float per step, and `flat_params` after the last step.
-    """
-    check_int("steps", steps, 1)
-    check_positive("lr", lr)
-    model = model_fn()
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    losses = train_steps(model, opt, *batch, steps)  # the loss is the mean over the global batch
-    return losses, flat_params(model)
-
-
-def check_batch(global_batch: int, world_size: int, accumulate: int = 1) -> None:
-    """One-line ValueError before any process starts: every rank (and micro-batch) gets equal rows."""
-    check_int("global_batch", global_batch, 1)
-    if global_batch % (world_size * accumulate):
-        by = f"world_size={world_size}" + (f" x accumulate={accumulate}" if accumulate > 1 else "")
-        raise ValueError(f"global_batch={global_batch}: must be divisible by {by}")
-
-
 def train_steps(model, opt, x, y, steps: int, accumulate: int = 1) -> list[float]:
     """`steps` SGD steps on (x, y); each step splits into `accumulate` micro-batches, all but the last
     under `model.no_sync()` (DDP's gradient accumulation). Dividing each micro-loss by `accumulate`
@@ -127,3 +116,49 @@ def train_steps(model, opt, x, y, steps: int, accumulate: int = 1) -> list[float
         opt.step()
         losses.append(total)
     return losses
+
+
+# ---------------------------------------------------------------- transformer blocks (tensor parallel)
+
+def attend(q, k, v, head_dim: int):
+    """Causal softmax attention on however many heads q, k, v (b, s, heads·d) hold; returns (b, s, heads·d)."""
+    b, s, _ = q.shape
+    q, k, v = (t.reshape(b, s, -1, head_dim).transpose(1, 2) for t in (q, k, v))  # (b, heads, s, d)
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, heads, s, d)
+    return o.transpose(1, 2).reshape(b, s, -1)  # (b, s, heads·d)
+
+
+class MLP(nn.Module):
+    """The unsplit transformer MLP: fc2(GeLU(fc1(x))), hidden → ffn → hidden."""
+
+    def __init__(self, hidden: int, ffn: int):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(hidden, ffn), nn.Linear(ffn, hidden)
+
+    def forward(self, x):  # (b, s, h)
+        return self.fc2(F.gelu(self.fc1(x)))  # (b, s, ffn) → (b, s, h)
+
+
+class SelfAttention(nn.Module):
+    """The unsplit self-attention: wo(attention(wq x, wk x, wv x)). The head count follows from the shapes,
+    so torch's parallelize_module can run this very forward on its local (H/N-head) tensors."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.head_dim = hidden // heads
+        self.wq, self.wk, self.wv, self.wo = (nn.Linear(hidden, hidden) for _ in range(4))
+
+    def forward(self, x):  # (b, s, h)
+        return self.wo(attend(self.wq(x), self.wk(x), self.wv(x), self.head_dim))
+
+
+def make_block(block: str, hidden: int, heads: int, ffn: int, seed: int = 0) -> nn.Module:
+    """The seeded full block ("mlp" or "attention"), on the CPU: bit-identical in every process."""
+    with seeded(seed):
+        return MLP(hidden, ffn) if block == "mlp" else SelfAttention(hidden, heads)
+
+
+def make_input(batch: int, seq: int, hidden: int, seed: int = 0):
+    """X (b, s, h) and the upstream gradient dY (b, s, h), from their own generator."""
+    gen = torch.Generator().manual_seed(seed + 1)
+    return torch.randn(batch, seq, hidden, generator=gen), torch.randn(batch, seq, hidden, generator=gen)

@@ -1,7 +1,8 @@
 """Pipeline parallelism on real processes: every rank runs ITS list of a schedule, action by action.
 
 What it teaches: a pipeline schedule is nothing but a per-rank list of actions (``2F0``, ``1B3``, …),
-and the executor needs no other intelligence. The model is cut into S = p·v stages; rank r holds
+and the executor needs no other intelligence. The model is cut into S = p·v stages; rank r of the
+pipeline's process `group` (default WORLD; in 3-D parallelism this rank's pipeline group) holds
 stages r, r+p, r+2p, … . Each action talks only to the owners of the neighbouring stages:
   F s j: take micro-batch j's activation from stage s−1 (stage 0: the input), compute, hand the output
          to stage s+1 (the last stage computes the loss instead);
@@ -19,7 +20,9 @@ host); the parent subtracts the step's earliest start over all ranks. Per-rank o
 ranks leave a barrier up to milliseconds apart on a busy machine. Because an event ends only after
 its send is posted, a consumer may start up to that posting time before its producer's event ends;
 `ready` keeps when each output was computed, and no consumer starts before that.
-Run it: see `simlab.exec.pipeline_parity.run_pipeline`.
+Messages go to ranks *in the group* (`group_dst`/`group_src`: torch maps them to global ranks); every
+buffer lives on the rank's `device`; `bytes_sent` counts what this rank sent (activations and grads).
+Run it: see `simlab.parity.pipeline.run_pipeline`.
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..plan import Action
-from ..trace import Event
+from ..trace import Recorder
 from .models import loss_fn, make_mlp
 
 ACT, GRAD = 0, 1  # what travels: an activation (forward) or an activation's gradient (backward)
@@ -66,15 +69,17 @@ def tag(kind: int, stage: int, mb: int, microbatches: int) -> int:
 class PipelineRank:
     """One rank's share of the pipeline: its stages, its micro-batches, its mailbox.
 
-    `x_mbs`, `y_mbs`: the m micro-batches (b, h) of inputs and targets (only stage 0 reads x, only the
-    last stage reads y). `run(actions)` executes one step's action list and returns its Events.
+    `stages`: {stage index: module} this rank holds; `x_mbs`, `y_mbs`: the m micro-batches (b, h) of
+    inputs and targets (only stage 0 reads x, only the last stage reads y), on `device` like the stages.
+    `run(actions)` executes one step's action list and returns its Events.
     """
 
-    def __init__(self, rank: int, world_size: int, stages: dict[int, nn.Module], num_stages: int,
-                 x_mbs, y_mbs):
-        self.rank, self.p, self.stages, self.S = rank, world_size, stages, num_stages
-        self.x, self.y, self.m = x_mbs, y_mbs, len(x_mbs)
+    def __init__(self, stages: dict[int, nn.Module], num_stages: int, x_mbs, y_mbs, group=None, device=None):
+        self.group, self.rank, self.p = group, dist.get_rank(group), dist.get_world_size(group)
+        self.stages, self.S, self.x, self.y, self.m = stages, num_stages, x_mbs, y_mbs, len(x_mbs)
         self.shape = tuple(x_mbs[0].shape)  # (b, h): every message has it, so receivers pre-allocate
+        self.device = torch.device(device) if device is not None else x_mbs[0].device
+        self.bytes_sent = 0  # over every run: activations forward, input grads backward
 
     # ------------------------------------------------------------ the mailbox
     def post_receives(self, actions) -> None:
@@ -90,8 +95,8 @@ class PipelineRank:
             else:
                 continue
             if src != self.rank:
-                buf = torch.empty(self.shape)  # (b, h)
-                self.inbox[key] = (dist.irecv(buf, src, tag=tag(*key, self.m)), buf)
+                buf = torch.empty(self.shape, device=self.device)  # (b, h)
+                self.inbox[key] = (dist.irecv(buf, group=self.group, group_src=src, tag=tag(*key, self.m)), buf)
 
     def take(self, kind: int, stage: int, mb: int) -> torch.Tensor:
         key = (kind, stage, mb)
@@ -111,7 +116,10 @@ class PipelineRank:
         if dst == self.rank:
             self.local[(kind, stage, mb)] = tensor
         else:  # keep the tensor alive until the send completes: waited at the end of the step
-            self.sends.append((dist.isend(tensor.contiguous(), dst, tag=tag(kind, stage, mb, self.m)), tensor))
+            tensor = tensor.contiguous()
+            self.bytes_sent += tensor.numel() * tensor.element_size()
+            self.sends.append((dist.isend(tensor, group=self.group, group_dst=dst, tag=tag(kind, stage, mb, self.m)),
+                               tensor))
 
     def finish(self) -> None:
         for work, _ in self.sends:
@@ -176,16 +184,17 @@ class PipelineRank:
         """Record the current action: absolute clock readings; `ready`: its output existed (default: now)."""
         a, i = self.current
         end = time.perf_counter()
-        self.events.append(Event(self.rank, "compute", i, name=str(a), start=start, end=end))
+        self.rec.record("compute", start, end, str(a), step=i)
         self.ready[str(a)] = end if ready is None else ready
 
-    def run(self, actions) -> list[Event]:
+    def run(self, actions):
         """Execute `actions` (this rank's list) once; returns one Event per action, in absolute
         perf_counter seconds (`self.t0`: when this rank left the starting barrier; `self.ready`: action
         name → when its output was computed)."""
         run_op = {"F": self.forward, "B": self.backward, "I": self.backward_input, "W": self.backward_weight}
-        self.events, self.saved, self.for_w, self.losses, self.ready = [], {}, {}, {}, {}
-        dist.barrier()  # a common start; ranks still leave it at slightly different moments
+        self.rec = Recorder(self.rank, origin=0.0)  # absolute clock readings: the parent aligns the ranks
+        self.saved, self.for_w, self.losses, self.ready = {}, {}, {}, {}
+        dist.barrier(self.group)  # a common start; ranks still leave it at slightly different moments
         self.t0 = time.perf_counter()
         self.post_receives(actions)
         for i, a in enumerate(actions):
@@ -195,4 +204,4 @@ class PipelineRank:
         if self.saved or self.for_w or self.inbox or self.local:
             left = sorted(map(str, list(self.saved) + list(self.for_w) + list(self.inbox) + list(self.local)))
             raise RuntimeError(f"rank {self.rank}: schedule left work undone: {left[:6]}")
-        return self.events
+        return self.rec.events

@@ -11,19 +11,23 @@ elements [r·S, (r+1)·S) with S = ceil(P / N) — its *shard*. Then, per step:
            frees them after, gathers again for backward and reduce-scatters its grads straight away;
   offload: the fp32 master shard, Adam's m and v and the grad shard live on the host (CPU); the device
            only computes. Here device and host are both the CPU, but the copies are the real data path.
-The layout and the two collectives live in `simlab.exec.shards`. Every kept tensor is counted in
-`memory()`, and every collective lands in `events` (simlab.trace.Event).
-Run it: see `simlab.exec.zero_parity.run_zero`.
+The layout and the two collectives live in `simlab.exec.zero_shards`. ZeRO shards over a process `group`
+(default WORLD; in 3-D parallelism the data-parallel group): N is its size, "rank" our rank in it.
+Tensors stay on the model's device; offloaded state goes to the host. Every kept tensor is counted in
+`memory()`, and every compute and collective lands in `rec.events` (a `simlab.trace.Recorder`; a
+collective's nbytes is what this rank sent, in the ring accounting of `simlab.sim.memory`).
+Run it: see `simlab.parity.zero.run_zero`.
 """
 from __future__ import annotations
 
-import time
-
 import torch
+import torch.distributed as dist
 from torch import nn
 
-from ..trace import Event
-from .shards import all_gather, from_rows, into_rows, new_rows, own_block, reduce_scatter_mean, shard_size
+from .._checks import check_int
+from ..sim.memory import check_offload
+from ..trace import Recorder
+from .zero_shards import all_gather, bytes_sent, from_rows, into_rows, new_rows, own_block, reduce_scatter_mean, shard_size
 
 HOST = torch.device("cpu")  # where offloaded state lives; on a GPU machine this is a real device→host copy
 
@@ -36,24 +40,6 @@ def adam_update(param, grad, exp_avg, exp_avg_sq, step: int, lr: float, betas=(0
     step_size = lr / (1 - beta1 ** step)  # bias corrections: m and v start at 0
     denom = (exp_avg_sq.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
     param.addcdiv_(exp_avg, denom, value=-step_size)
-
-
-def _nbytes(t: torch.Tensor) -> int:
-    return t.numel() * t.element_size()
-
-
-class Recorder:
-    """Appends timed Events for this rank; `step` is the optimizer step they belong to."""
-
-    def __init__(self, rank: int):
-        self.rank, self.step, self.events, self.t0 = rank, 0, [], time.perf_counter()
-
-    def timed(self, kind: str, name: str, fn, nbytes: int = 0):
-        start = time.perf_counter() - self.t0
-        out = fn()
-        self.events.append(Event(self.rank, kind, self.step, nbytes=nbytes, name=name, start=start,
-                                 end=time.perf_counter() - self.t0))
-        return out
 
 
 # ---------------------------------------------------------------- stage 3: the layer owns a shard only
@@ -85,25 +71,27 @@ class _GatheredLinear(torch.autograd.Function):
         rows = new_rows(layer.numel, layer.world_size, full.device)  # (N, S) full grads, transient
         into_rows(rows, [grad_w, grad_b])
         grad_shard = layer.rec.timed("comm", f"reduce-scatter L{layer.index}", lambda: reduce_scatter_mean(
-            rows, layer.world_size).clone(), _nbytes(rows))  # clone: keep S, not the whole (N, S)
+            rows, layer.group).clone(), nbytes=bytes_sent("reduce-scatter", rows, layer.group))  # keep S, not (N, S)
         return grad_x, grad_shard, None  # autograd puts grad_shard into shard.grad: (S,)
 
 
 class ShardedLinear(nn.Module):
     """A Linear whose only parameter is this rank's (S,) shard of its flattened, padded weight+bias."""
 
-    def __init__(self, linear: nn.Linear, index: int, rank: int, world_size: int, rec: Recorder):
+    def __init__(self, linear: nn.Linear, index: int, group, rec: Recorder):
         super().__init__()
-        self.index, self.rank, self.world_size, self.rec = index, rank, world_size, rec
+        self.index, self.group, self.rec = index, group, rec
+        self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
         self.shape = tuple(linear.weight.shape)  # (out, in)
         self.numel = linear.weight.numel() + linear.bias.numel()  # P
-        self.shard = nn.Parameter(own_block([linear.weight, linear.bias], rank, shard_size(self.numel, world_size)))
+        self.shard = nn.Parameter(own_block([linear.weight, linear.bias], self.rank,
+                                            shard_size(self.numel, self.world_size)))
 
     def gather(self) -> torch.Tensor:
         rows = new_rows(self.numel, self.world_size, self.shard.device)  # (N, S)
         rows[self.rank] = self.shard.detach()
-        return self.rec.timed("comm", f"all-gather L{self.index}", lambda: all_gather(rows, self.world_size),
-                              _nbytes(rows)).view(-1)  # (N·S,)
+        return self.rec.timed("comm", f"all-gather L{self.index}", lambda: all_gather(rows, self.group),
+                              nbytes=bytes_sent("all-gather", rows, self.group)).view(-1)  # (N·S,)
 
     def free(self, full: torch.Tensor) -> None:
         # resize_(0) releases the storage now, even while views of it are still referenced
@@ -122,22 +110,22 @@ class ShardedLinear(nn.Module):
 class ZeroAdam:
     """Adam on this rank's shards. Wraps `model` in place (stage 3 swaps its Linears for ShardedLinears).
 
-    Use like any optimizer: `zero_grad()`, `loss.backward()`, `step()`.
+    Use like any optimizer: `zero_grad()`, `loss.backward()`, `step()`. The model's parameters may live
+    on any device (each rank's own GPU under NCCL); the shards, buckets and Adam state follow them.
     """
 
-    def __init__(self, model: nn.Sequential, stage: int, rank: int, world_size: int, lr: float = 1e-3,
-                 offload: bool = False):
-        if stage not in (1, 2, 3) or offload and stage == 1:
-            raise ValueError(f"stage={stage!r}, offload={offload!r}: stages 1, 2, 3; offload needs stage 2 or 3")
-        self.model, self.stage, self.offload, self.lr = model, stage, offload, lr
-        self.rank, self.n, self.t, self.rec = rank, world_size, 0, Recorder(rank)
+    def __init__(self, model: nn.Sequential, stage: int, group=None, lr: float = 1e-3, offload: bool = False):
+        check_offload(offload, check_int("stage", stage, 1, 3))  # the memory model's rules, once
+        self.model, self.stage, self.offload, self.lr, self.group = model, stage, offload, lr, group
+        self.rank, self.n, self.t = dist.get_rank(group), dist.get_world_size(group), 0
+        self.rec = Recorder(self.rank)
         self.layers = [(i, m) for i, m in enumerate(model) if isinstance(m, nn.Linear)]
-        self.sizes = [shard_size(m.weight.numel() + m.bias.numel(), world_size) for _, m in self.layers]  # S_l
+        self.sizes = [shard_size(m.weight.numel() + m.bias.numel(), self.n) for _, m in self.layers]  # S_l
         self.offsets = [sum(self.sizes[:k]) for k in range(len(self.sizes))]  # layer k's place in a rank's row
         where = HOST if offload else self.layers[0][1].weight.device  # Adam's state: host or the model's device
         if stage == 3:
             for k, (i, m) in enumerate(self.layers):
-                model[i] = ShardedLinear(m, k, rank, world_size, self.rec)
+                model[i] = ShardedLinear(m, k, group, self.rec)
         self.exp_avg = [torch.zeros(s, device=where) for s in self.sizes]  # (S,) each
         self.exp_avg_sq = [torch.zeros(s, device=where) for s in self.sizes]
         self.grad_shards = [None] * len(self.sizes)  # stage 2 / offload: the reduced (S,) grads we keep
@@ -169,8 +157,8 @@ class ZeroAdam:
         m = self.layers[k][1]
         rows = new_rows(m.weight.numel() + m.bias.numel(), self.n, m.weight.device)  # (N, S)
         into_rows(rows, [m.weight.grad, m.bias.grad])
-        shard = self.rec.timed("comm", f"reduce-scatter L{k}", lambda: reduce_scatter_mean(rows, self.n).clone(),
-                               _nbytes(rows))  # clone: keep S, not the whole (N, S)
+        shard = self.rec.timed("comm", f"reduce-scatter L{k}", lambda: reduce_scatter_mean(rows, self.group).clone(),
+                               nbytes=bytes_sent("reduce-scatter", rows, self.group))  # clone: keep S, not (N, S)
         if self.stage == 2:
             m.weight.grad = m.bias.grad = None  # ZeRO-2's saving: no full grad outlives its layer's backward
         self.grad_shards[k] = shard.to(HOST, copy=True) if self.offload else shard  # device → host
@@ -191,7 +179,7 @@ class ZeroAdam:
             into_rows(self._block(k), [m.weight.grad, m.bias.grad])
         names = " ".join(f"L{k}" for k in reversed(range(len(self.sizes))))  # backward order, as simulated
         shard = self.rec.timed("comm", f"reduce-scatter {names}", lambda: reduce_scatter_mean(
-            self._bucket, self.n), _nbytes(self._bucket))  # (ΣS,): a view of our row
+            self._bucket, self.group), nbytes=bytes_sent("reduce-scatter", self._bucket, self.group))  # (ΣS,): our row
         self.grad_shards = [shard[o:o + s] for o, s in zip(self.offsets, self.sizes)]  # (S_k,) each
 
     def _block(self, k: int) -> torch.Tensor:
@@ -222,7 +210,8 @@ class ZeroAdam:
     def _gather_all(self) -> None:
         """Stage 1: every layer's updated own block (our row of the bucket) in ONE all-gather, in place."""
         names = " ".join(f"L{k}" for k in range(len(self.sizes)))
-        self.rec.timed("comm", f"all-gather {names}", lambda: all_gather(self._bucket, self.n), _nbytes(self._bucket))
+        self.rec.timed("comm", f"all-gather {names}", lambda: all_gather(self._bucket, self.group),
+                       nbytes=bytes_sent("all-gather", self._bucket, self.group))
         for k, (_, m) in enumerate(self.layers):
             from_rows(self._block(k), [m.weight, m.bias])
         self._bucket = None  # transient: a second full-size buffer only during step()
@@ -235,7 +224,8 @@ class ZeroAdam:
             return
         rows = new_rows(m.weight.numel() + m.bias.numel(), self.n, m.weight.device)  # (N, S)
         rows[self.rank] = param  # host → device when offloading
-        self.rec.timed("comm", f"all-gather L{k}", lambda: all_gather(rows, self.n), _nbytes(rows))
+        self.rec.timed("comm", f"all-gather L{k}", lambda: all_gather(rows, self.group),
+                       nbytes=bytes_sent("all-gather", rows, self.group))
         from_rows(rows, [m.weight, m.bias])
 
     def memory(self) -> dict:

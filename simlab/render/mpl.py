@@ -239,3 +239,10 @@ def draw_timeline(trace, world_size: int, ax=None, title: str | None = None):
     if title:
         ax.set_title(title, fontsize=10)
     return ax.figure
+
+
+def figure_png(fig) -> bytes:
+    import io
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")  # keep legends below the axes
+    return buf.getvalue()

@@ -1,42 +1,21 @@
 """Lesson 4's schedule explorer: schedule, p, m, v and t_B/t_F drive the Gantt chart and the readouts;
 a button runs the same schedule on p real processes and draws it under its simulation.
 
-Every number it shows comes from `simlab.sim.schedules` and `simlab.sim.pipeline`; this module only
-turns knob positions into arguments and draws. `explorer_frame` is the pure part, so tests need no browser.
+Every number it shows comes from `simlab.sim.pipeline.explore` (which moves knobs a schedule cannot take
+to the nearest it can); this module only draws. The real run is not started here: the notebook hands
+the explorer a function that runs it (`simlab.parity.pipeline.run_pipeline`), as renderers start no
+processes. `explorer_frame` and `real_frame` are the pure parts, so tests need no browser.
 """
 from __future__ import annotations
 
 import html
 
-from ..sim import pipeline, schedules
-from .pipeline_view import draw_gantt
+from ..sim.pipeline import explore
+from ..sim.schedules import SCHEDULES, nearest_valid
+from .mpl import figure_png
+from .pipeline import draw_gantt, draw_sim_vs_real
 
-NAMES = tuple(schedules.SCHEDULES)  # naive, gpipe, 1f1b, interleaved, zero-bubble
-
-
-def fitted(name: str, stages: int, microbatches: int, chunks: int) -> tuple[int, int]:
-    """Knob positions a schedule cannot take, moved to the nearest it can: naive runs one micro-batch,
-    interleaved needs m a multiple of p (rounded up) and only interleaved uses chunks."""
-    if name == "naive":
-        return 1, 1
-    if name == "interleaved":
-        return -(-microbatches // stages) * stages, chunks
-    return microbatches, 1
-
-
-def explorer_run(name: str, stages: int, microbatches: int, chunks: int = 1, ratio: float = 2.0):
-    """(schedule, trace, readout dict) for one knob position. The whole batch is the same work for
-    every schedule: m knob-sized micro-batches, each forward taking 1 per whole stage. A fitted m runs
-    micro-batches m_knob / m_fitted as big (naive: one m_knob times as big) and a chunk holds 1/v of a
-    stage, so t_F = m_knob / (m_fitted · v): makespans compare across schedules."""
-    m, v = fitted(name, stages, microbatches, chunks)
-    plan = schedules.make_schedule(name, stages, m, v)
-    t_f = microbatches / (m * v)
-    trace = pipeline.simulate(plan, t_f=t_f, t_b=ratio * t_f)
-    readout = {"schedule": name, "stages": stages, "microbatches": m, "chunks": v,
-               "makespan": pipeline.makespan(trace), "bubble_fraction": pipeline.bubble_fraction(trace, stages),
-               "peak_activations": pipeline.peak_activations(plan)}
-    return plan, trace, readout
+NAMES = tuple(SCHEDULES)  # naive, gpipe, 1f1b, interleaved, zero-bubble
 
 
 def readout_text(readout: dict) -> str:
@@ -49,23 +28,21 @@ def readout_text(readout: dict) -> str:
 def explorer_frame(name: str, stages: int, microbatches: int, chunks: int = 1, ratio: float = 2.0,
                    until: float | None = None):
     """(figure, readout text) for one position of the knobs; `until` is the step slider's time."""
-    return frame_of(explorer_run(name, stages, microbatches, chunks, ratio), until)
+    return frame_of(explore(name, stages, microbatches, chunks, ratio), until)
 
 
 def frame_of(run, until: float | None = None):
-    """(figure, readout text) of an `explorer_run` result: the slider redraws without re-simulating."""
+    """(figure, readout text) of an `explore` result: the slider redraws without re-simulating."""
     _, trace, readout = run
     fig = draw_gantt(trace, readout["stages"], until=until, title=readout_text(readout))
     return fig, readout_text(readout)
 
 
-def real_frame(name: str, stages: int, microbatches: int, chunks: int = 1, hidden: int = 256):
-    """(figure, text): the knobs' schedule run on `stages` real processes, drawn under its simulation
-    fed the run's own per-action times. Parity with one process is checked on the way."""
-    from ..exec.pipeline_parity import run_pipeline
-    from .pipeline_view import draw_sim_vs_real
-    m, v = fitted(name, stages, microbatches, chunks)
-    res = run_pipeline(name, stages, m, v, steps=2, global_batch=32 * m, hidden=hidden)
+def real_frame(run, name: str, stages: int, microbatches: int, chunks: int = 1, hidden: int = 256):
+    """(figure, text): the knobs' schedule run on `stages` real processes by `run` (`run_pipeline`),
+    drawn under its simulation fed the run's own per-action times; parity with one process is shown."""
+    m, v = nearest_valid(name, stages, microbatches, chunks)
+    res = run(name, stages, m, v, steps=2, global_batch=32 * m, hidden=hidden, compare_torch=False)
     ok = "✓" if res["max_abs_diff_vs_reference"] < 1e-5 else "✗"
     text = (f"{name} on {stages} processes: loss and grads vs one process {ok} "
             f"(max |diff| {res['max_abs_diff_vs_reference']:.1e}); bubble measured "
@@ -76,11 +53,10 @@ def real_frame(name: str, stages: int, microbatches: int, chunks: int = 1, hidde
 
 
 def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8, chunks: int = 2,
-                      ratio: float = 2.0):
-    """Knobs → Gantt chart (PNG in an Image widget) + readout; Play/slider walk the timeline."""
+                      ratio: float = 2.0, run=None):
+    """Knobs → Gantt chart (PNG in an Image widget) + readout; Play/slider walk the timeline. With
+    `run` (e.g. `simlab.parity.pipeline.run_pipeline`), a button runs the knobs' schedule for real."""
     import ipywidgets as w
-
-    from .widgets import figure_png
     pick = w.Dropdown(options=NAMES, value=name, description="schedule")
     p = w.IntSlider(value=stages, min=1, max=8, description="stages p")
     m = w.IntSlider(value=microbatches, min=1, max=32, description="micro-b. m")
@@ -94,7 +70,7 @@ def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8
     state = {}  # the current knobs' simulation: one per knob change, the slider only redraws it
 
     def rebuild(_=None) -> None:  # knobs changed: new schedule, new time range
-        state["run"] = explorer_run(pick.value, p.value, m.value, v.value, r.value)
+        state["run"] = explore(pick.value, p.value, m.value, v.value, r.value)
         steps = max(1, round(state["run"][2]["makespan"] * v.value * 4))  # quarter-forward ticks
         tick.unobserve(draw, names="value")  # one redraw below, not one per trait set here
         tick.max = play.max = steps
@@ -113,7 +89,7 @@ def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8
     def run_real(_=None) -> None:  # a few seconds: p processes, two steps
         go.disabled, real_text.value = True, "<pre>running…</pre>"
         try:
-            fig, summary = real_frame(pick.value, p.value, m.value, v.value)
+            fig, summary = real_frame(run, pick.value, p.value, m.value, v.value)
             real_image.value, real_text.value = figure_png(fig), f"<pre>{summary}</pre>"
         except Exception as err:  # LaunchTimeout, WorkerError, …: say so instead of "running…" forever
             line = (str(err).strip().splitlines() or [""])[0]
@@ -126,4 +102,5 @@ def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8
     tick.observe(draw, names="value")
     go.on_click(run_real)
     rebuild()
-    return w.VBox([w.HBox([pick, r]), w.HBox([p, m, v]), w.HBox([play, tick]), image, text, go, real_image, real_text])
+    real = [go, real_image, real_text] if run is not None else []  # without a run there is nothing to press
+    return w.VBox([w.HBox([pick, r]), w.HBox([p, m, v]), w.HBox([play, tick]), image, text, *real])

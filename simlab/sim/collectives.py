@@ -10,6 +10,8 @@ Teaches: the ring reduce-scatter / all-gather / all-reduce, a binomial-tree broa
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from .._checks import check_choice, check_int, check_ranks
@@ -89,14 +91,45 @@ def naive_all_reduce(world_size: int, numel: int, root: int = 0, itemsize: int =
                           meta={"goal": "all_reduce"})
 
 
-PLANS = {"ring-reduce-scatter": ring_reduce_scatter, "ring-all-gather": ring_all_gather,
-         "ring-allreduce": ring_all_reduce, "broadcast": tree_broadcast,
-         "naive-allreduce": naive_all_reduce}
+# One name per collective everywhere: algorithm-goal, the function's name with hyphens ("ring" is how,
+# "all-reduce" is what). The CLI, `make_plan` and the executor's `run_collective` all use these keys.
+PLANS = {"ring-all-reduce": ring_all_reduce, "ring-reduce-scatter": ring_reduce_scatter,
+         "ring-all-gather": ring_all_gather, "tree-broadcast": tree_broadcast,
+         "naive-all-reduce": naive_all_reduce}
+ALIASES = {"ring-allreduce": "ring-all-reduce", "broadcast": "tree-broadcast",  # spellings before 0.2,
+           "naive-allreduce": "naive-all-reduce"}  # still accepted for one release
 
 
-def make_plan(name: str, world_size: int, numel: int, itemsize: int = 4) -> CollectivePlan:
-    check_choice("collective", name, tuple(PLANS))
-    return PLANS[name](world_size, numel, itemsize=itemsize)
+def canonical(name: str) -> str:
+    """A collective's one name: 'ring-allreduce' (an old spelling) → 'ring-all-reduce'."""
+    name = ALIASES.get(name, name)
+    return check_choice("collective", name, tuple(PLANS))
+
+
+def make_plan(name: str, world_size: int, numel: int, itemsize: int = 4, root: int = 0) -> CollectivePlan:
+    name = canonical(name)
+    kwargs = {"root": root} if name in ("tree-broadcast", "naive-all-reduce") else {}
+    return PLANS[name](world_size, numel, itemsize=itemsize, **kwargs)
+
+
+@lru_cache(maxsize=512)
+def plan_for(name: str, world_size: int, numel: int, itemsize: int = 4, root: int = 0) -> CollectivePlan:
+    """`make_plan`, built once per shape: plans are immutable, and the executor (every ring it runs),
+    the TP byte counts and the DDP step model ask for the same shapes again and again."""
+    return make_plan(name, world_size, numel, itemsize, root)
+
+
+RING_GOALS = ("all-reduce", "reduce-scatter", "all-gather")  # what a ring can do: plan "ring-<goal>"
+
+
+def ring_bytes_sent(goal: str, world_size: int, numel: int, itemsize: int = 4) -> list[int]:
+    """Bytes each rank sends when `goal` on `numel` elements runs as our ring: the ring accounting that
+    TP, ZeRO and DDP byte counts use (for all-gather, `numel` is the gathered size).
+    >>> ring_bytes_sent("reduce-scatter", 4, 8)  # each rank sends 3 chunks of 2 float32
+    [24, 24, 24, 24]
+    """
+    return plan_for(f"ring-{check_choice('goal', goal, RING_GOALS)}", world_size, numel,
+                    itemsize).bytes_sent_per_rank()
 
 
 def make_inputs(world_size: int, numel: int, seed: int = 0) -> list[np.ndarray]:

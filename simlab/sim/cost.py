@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .._checks import check_positive
+from .collectives import naive_all_reduce, ring_all_reduce
 
 DEFAULT_ALPHA = 10e-6  # seconds of latency per step (a typical network message)
 DEFAULT_BANDWIDTH = 10e9  # bytes per second per link (roughly 100 Gb/s Ethernet / PCIe)
@@ -73,8 +74,6 @@ def optimal_bytes_per_rank(goal: str, n: int, nbytes: int) -> int:
 def compare_all_reduce(world_sizes, nbytes: int, alpha: float = DEFAULT_ALPHA,
                        bandwidth: float = DEFAULT_BANDWIDTH) -> list[dict]:
     """Ring vs naive (reduce-to-root + broadcast) all-reduce of `nbytes` for several world sizes."""
-    from .collectives import naive_all_reduce, ring_all_reduce  # plans only: no values simulated
-
     rows = []
     for n in world_sizes:
         ring, naive = ring_all_reduce(n, nbytes, itemsize=1), naive_all_reduce(n, nbytes, itemsize=1)

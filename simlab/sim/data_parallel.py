@@ -27,9 +27,9 @@ import dataclasses
 
 from .._checks import check_int, check_positive, check_ranks
 from ..plan import Transfer
-from ..trace import Event, Trace
+from ..trace import Recorder, Trace
 from .buckets import BucketReadiness, assign_buckets
-from .collectives import ring_all_reduce
+from .collectives import plan_for
 from .cost import DEFAULT_ALPHA, DEFAULT_BANDWIDTH, busiest_link_bytes, ring_all_reduce_seconds
 
 MIB = 1 << 20
@@ -114,6 +114,17 @@ def workload_from_layers(layer_params=DEFAULT_LAYERS, *, tokens_per_sample: int 
     return Workload(tuple(layer_params), tuple(fwd), tuple(2 * f for f in fwd), **fields)
 
 
+def scaled_workload(world_size: int, model_mparams: float, bucket_cap_mb: float = 25.0,
+                    bandwidth_gbps: float = 10.0, samples_per_device: int = 16) -> Workload:
+    """The default scene's layers scaled to `model_mparams` million parameters, `samples_per_device`
+    each (weak scaling: the global batch grows with the world size) — lesson 2's explorer knobs."""
+    check_positive("model_mparams", model_mparams)
+    scale = model_mparams * 1e6 / sum(DEFAULT_LAYERS)
+    layers = [max(1, round(p * scale)) for p in DEFAULT_LAYERS]
+    return workload_from_layers(layers, world_size=world_size, global_batch=samples_per_device * world_size,
+                                bucket_cap_mb=bucket_cap_mb, bandwidth=bandwidth_gbps * 1e9)
+
+
 @dataclasses.dataclass(frozen=True)
 class Phase:
     """One thing that happens in a step, on one or more devices (per-device bytes and timing)."""
@@ -146,28 +157,32 @@ class StepResult:
     buckets: tuple = ()  # DDP: parameter (layer) indices per bucket, in launch order
 
 
-class _Recorder:
-    """Collects phases and their per-device events; at the end, sorts the phases by start and sets
-    each Event's `step` to its phase's index."""
+class _Phases:
+    """Collects phases and their per-device events (a `Recorder` in model time); at the end, sorts the
+    phases by start and sets each Event's `step` to its phase's index."""
 
     def __init__(self, w: Workload):
         self.w, self.n, self.items = w, w.world_size, []
 
+    def _phase(self, phase: Phase, record) -> None:
+        rec = Recorder(origin=0.0)  # model seconds: the times are given, not read off a clock
+        record(rec)
+        self.items.append((phase, rec.events))
+
     def compute(self, name: str, start: float, seconds: dict) -> float:
         """Devices in `seconds` (device -> seconds) compute from `start`; returns when all are done."""
-        events = [Event(r, "compute", 0, name=name, start=start, end=start + s)
-                  for r, s in seconds.items()]
         end = start + max(seconds.values())
-        self.items.append((Phase(name, "compute", start, end, (0,) * self.n, (0,) * self.n), events))
+        self._phase(Phase(name, "compute", start, end, (0,) * self.n, (0,) * self.n), lambda rec: [
+            rec.record("compute", start, start + s, name, rank=r) for r, s in seconds.items()])
         return end
 
     def comm(self, name: str, start: float, seconds: float, sent, recv, hub: int | None) -> float:
         """A transfer phase; an Event's nbytes is its device's busier direction (what sets the time)."""
         end, moved = start + seconds, [max(s, v) for s, v in zip(sent, recv)]
-        events = [Event(r, "comm", 0, peer=None if r == hub else hub, nbytes=b, name=name, start=start,
-                        end=end) for r, b in enumerate(moved) if b]
-        if events:  # a lone device has nothing to send
-            self.items.append((Phase(name, "comm", start, end, tuple(sent), tuple(recv)), events))
+        if any(moved):  # a lone device has nothing to send
+            self._phase(Phase(name, "comm", start, end, tuple(sent), tuple(recv)), lambda rec: [
+                rec.record("comm", start, end, name, rank=r, peer=None if r == hub else hub, nbytes=b)
+                for r, b in enumerate(moved) if b])
         return end
 
     def result(self, strategy: str, hidden: float = 0.0, buckets=()) -> StepResult:
@@ -184,7 +199,7 @@ class _Recorder:
                           comm - hidden, tuple(tuple(b) for b in buckets))
 
 
-def _hub(rec: _Recorder, name: str, start: float, piece: int, to_hub: bool) -> float:
+def _hub(rec: _Phases, name: str, start: float, piece: int, to_hub: bool) -> float:
     """Device 0 sends `piece` bytes to (or gets them from) every other device, all at once.
     The α-β busiest-link rule: device 0's link carries N-1 pieces, so it sets the time."""
     w, op = rec.w, "reduce" if name == "reduce grads" else "copy"
@@ -198,7 +213,7 @@ def _hub(rec: _Recorder, name: str, start: float, piece: int, to_hub: bool) -> f
 
 def simulate_dp(w: Workload) -> StepResult:
     """One step of `nn.DataParallel`: nine phases in a row, every transfer through device 0."""
-    rec, m, everyone = _Recorder(w), w.micro_batch, range(w.world_size)
+    rec, m, everyone = _Phases(w), w.micro_batch, range(w.world_size)
     t = _hub(rec, "scatter inputs", 0.0, m * w.input_bytes, to_hub=False)
     t = _hub(rec, "replicate", t, w.model_bytes, to_hub=False)  # every step: only device 0 updates
     t = rec.compute("fwd", t, {r: m * sum(w.fwd_seconds) for r in everyone})
@@ -213,7 +228,7 @@ def simulate_dp(w: Workload) -> StepResult:
 
 def simulate_ddp(w: Workload) -> StepResult:
     """One DDP step: forward, backward from the last layer with bucketed all-reduces under it, update."""
-    rec, m, n = _Recorder(w), w.micro_batch, w.world_size
+    rec, m, n = _Phases(w), w.micro_batch, w.world_size
     everyone = range(n)  # every rank does the same work on its own samples
     t = rec.compute("fwd", 0.0, {r: m * sum(w.fwd_seconds) for r in everyone})
     t = rec.compute("loss", t, {r: m * w.loss_seconds for r in everyone})  # each rank, its own samples
@@ -226,7 +241,7 @@ def simulate_ddp(w: Workload) -> StepResult:
     bwd_end, lane, hidden = t, 0.0, 0.0
     for b, params in enumerate(buckets):
         nbytes = sum(w.param_bytes[p] for p in params)
-        plan = ring_all_reduce(n, nbytes // w.bytes_per_param, itemsize=w.bytes_per_param)
+        plan = plan_for("ring-all-reduce", n, nbytes // w.bytes_per_param, w.bytes_per_param)
         seconds = ring_all_reduce_seconds(n, nbytes, w.alpha, w.bandwidth)
         start = max(ready_at[b], lane)  # one all-reduce at a time on the comm lane
         lane = rec.comm(f"all-reduce b{b}", start, seconds, plan.bytes_sent_per_rank(),

@@ -14,100 +14,10 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from dataclasses import dataclass
 
-from ..plan import Action
 from ..trace import Event, Trace
-
-def as_actions(schedule) -> list[list[Action]]:
-    """The schedule with every entry an `Action` ("2F0" strings are parsed); a one-line error otherwise."""
-    rows_ok = all(isinstance(r, (list, tuple)) for r in schedule) if isinstance(schedule, (list, tuple)) else False
-    if not schedule or not rows_ok:
-        raise ValueError("schedule: must be a list with one list of actions per rank (at least one rank)")
-    out = []
-    for r, acts in enumerate(schedule):
-        row = []
-        for i, a in enumerate(acts):
-            if isinstance(a, str):
-                a = Action.parse(a)
-            if not isinstance(a, Action) or a.op not in ("F", "B", "I", "W") or a.stage < 0 or a.mb < 0:
-                raise ValueError(f"schedule[{r}][{i}]={a!r}: must be an Action such as Action(2, 'F', 0)")
-            row.append(a)
-        out.append(row)
-    return out
-
-
-def shape(schedule) -> tuple[int, int]:
-    """(number of stages, number of micro-batches) that the actions name."""
-    stages = max((a.stage for acts in schedule for a in acts), default=-1) + 1
-    return stages, max((a.mb for acts in schedule for a in acts), default=-1) + 1
-
-
-@dataclass
-class BlockingRun:
-    """Result of one pass: per rank, the (start, end) of each action it ran and where it stopped."""
-
-    times: list[list[tuple[float, float]]]
-    blocked: dict[int, tuple[int, int, int]]  # stuck rank → the (kind, stage, mb) it waits for
-
-
-def run_blocking(schedule: list[list[Action]], stages: int, microbatches: int, durations,
-                 t_comm: float = 0.0, action_times=None) -> BlockingRun:
-    """Run every rank's list with blocking receives, event-driven: a rank that must wait parks on the
-    one output it needs and is woken when that output is produced, so each action is tried O(1) times.
-
-    `durations[op][stage]` is the time of op on that stage, unless `action_times[rank][i]` gives each
-    action's own. Ranks left waiting form a deadlock.
-    """
-    n, mbs = stages * microbatches, microbatches
-    # outputs by kind: 0 F's activation, 1 B/I's input grad, 2 W's weight grads, 3 the grad I keeps for W
-    end = [-1.0] * (4 * n)  # end time of each (kind, stage, mb) output; -1: not produced yet
-    where = [-1] * (4 * n)  # the rank that produced it: same rank means no communication
-    times = [[] for _ in schedule]
-    pos, free = [0] * len(schedule), [0.0] * len(schedule)
-    parked: dict[int, list[int]] = {}
-    ready = list(range(len(schedule)))
-    while ready:
-        r = ready.pop()
-        acts, i, t, out = schedule[r], pos[r], free[r], times[r]
-        while i < len(acts):
-            a = acts[i]
-            s, op, k = a.stage, a.op, a.stage * mbs + a.mb
-            if op == "F":
-                needs, made = ((k - mbs,) if s else ()), k
-            elif op == "W":  # only an I leaves the saved grad behind: a full B has used it up
-                needs, made = (3 * n + k,), 2 * n + k
-            else:  # B or I: own activation, and the gradient coming back from the next stage
-                needs, made = ((k, n + k + mbs) if s < stages - 1 else (k,)), n + k
-            start, missing = t, -1
-            for d in needs:
-                e = end[d]
-                if e < 0:
-                    missing = d
-                    break
-                e = e + t_comm if where[d] != r else e
-                start = e if e > start else start
-            if missing >= 0:
-                parked.setdefault(missing, []).append(r)
-                break
-            t = start + (action_times[r][i] if action_times else durations[op][s])
-            end[made], where[made] = t, r
-            out.append((start, t))
-            i += 1
-            woken = parked.pop(made, None)
-            if woken:
-                ready.extend(woken)
-            if op == "I":  # I also leaves W its saved grad
-                end[3 * n + k], where[3 * n + k] = t, r
-                ready.extend(parked.pop(3 * n + k, ()))
-        pos[r], free[r] = i, t
-    blocked = {q: _decode(d, n, mbs) for d, qs in parked.items() for q in qs}
-    return BlockingRun(times, blocked)
-
-
-def _decode(d: int, n: int, mbs: int) -> tuple[int, int, int]:
-    kind, k = divmod(d, n)
-    return kind, k // mbs, k % mbs
+from .pipeline_engine import as_actions, deadlock_messages, run_blocking, shape
+from .schedules import make_schedule, nearest_valid
 
 
 def _per_stage(name: str, value, stages: int, positive: bool = True) -> list[float]:
@@ -170,7 +80,6 @@ def _simulate(schedule, t_f, t_b, t_w, t_comm, action_times=None) -> Trace:
     result = run_blocking(schedule, stages, mbs, {"F": f, "B": b, "I": [bi - wi for bi, wi in zip(b, w)], "W": w},
                           comm, action_times)
     if result.blocked:
-        from .pipeline_check import deadlock_messages  # the validator words what went wrong
         raise ValueError("schedule cannot run: " + "; ".join(deadlock_messages(schedule, result)))
     # positional Event(rank, kind, step, peer, chunk, nbytes, name, start, end): the hot loop of big runs
     return Trace(Event(r, "compute", i, None, None, 0, str(a), s, e)
@@ -225,3 +134,23 @@ def closed_form_bubble(name: str, stages: int, microbatches: int = 1, chunks: in
     if name == "zero-bubble" and m < p:  # ZB-H1's Ws no longer fill the whole tail: no simple formula
         raise ValueError(f"microbatches={m}: zero-bubble's closed form needs microbatches >= stages={p}")
     return forms[name]
+
+
+def explore(name: str, stages: int, microbatches: int, chunks: int = 1, ratio: float = 2.0):
+    """(schedule, trace, readout) for the explorer's knobs, the same whole batch for every schedule.
+
+    The knobs may ask for what a schedule cannot take: `nearest_valid` moves them. The batch is m
+    knob-sized micro-batches, each forward taking 1 per whole stage; a fitted m runs micro-batches
+    m_knob / m_fitted as big (naive: one, m_knob times as big) and a chunk holds 1/v of a stage, so
+    t_F = m_knob / (m_fitted · v) and makespans compare across schedules.
+    >>> explore("naive", 2, 4)[2]["makespan"]  # one micro-batch 4x as big: F 4 + 4, B 8 + 8
+    24.0
+    """
+    m, v = nearest_valid(name, stages, microbatches, chunks)
+    plan = make_schedule(name, stages, m, v)
+    t_f = microbatches / (m * v)
+    trace = simulate(plan, t_f=t_f, t_b=ratio * t_f)
+    readout = {"schedule": name, "stages": stages, "microbatches": m, "chunks": v,
+               "makespan": makespan(trace), "bubble_fraction": bubble_fraction(trace, stages),
+               "peak_activations": peak_activations(plan)}
+    return plan, trace, readout

@@ -16,8 +16,9 @@ from __future__ import annotations
 from collections import defaultdict
 from itertools import islice
 
-from .._checks import check_int
-from .pipeline import BlockingRun, as_actions, run_blocking, shape
+from .._checks import check_choice, check_divisible, check_int, check_ranks
+from .pipeline_engine import as_actions, deadlock_messages, run_blocking, shape
+from .schedules import SCHEDULES, make_schedule
 
 _WHAT = {"F": "forward", "B": "backward", "I": "input-gradient backward", "W": "weight-gradient backward"}
 
@@ -126,29 +127,6 @@ def _order_message(r: int, i: int, a, b, k: int, stages: int) -> str:
     return f"{at}, but {a} needs {b}'s output{via}: no timing can fix this order"
 
 
-def deadlock_messages(schedule, result: BlockingRun) -> list[str]:
-    """One line per rank that waits forever: its step, its action and what it waits for."""
-    placed = {}
-    for r, acts in enumerate(schedule):
-        for i, a in enumerate(acts):
-            placed.setdefault((a.stage, a.op, a.mb), (r, i))
-    out = []
-    for r in sorted(result.blocked):
-        kind, s, j = result.blocked[r]
-        i = len(result.times[r])
-        ops = {0: "F", 1: "BI", 3: "I"}[kind]  # 3: the grad only an I leaves for its W
-        need = next((f"{s}{op}{j}" for op in ops if (s, op, j) in placed), f"{s}{ops[0]}{j}")
-        src = next((placed[s, op, j] for op in ops if (s, op, j) in placed), None)
-        if src is None:
-            why = ", which no rank runs"
-        elif src[0] == r:
-            why = f", which it only runs later (step {src[1]})"
-        else:  # a rank that finished would have produced it: the producer is stuck too
-            why = f" from rank {src[0]} (step {src[1]}), which is itself stuck at step {len(result.times[src[0]])}"
-        out.append(f"deadlock: rank {r} is stuck at step {i} ({schedule[r][i]}), waiting for {need}{why}")
-    return out
-
-
 def validate(schedule, stages: int | None = None, microbatches: int | None = None, chunks: int = 1) -> list[str]:
     """Every problem with `schedule`, in plain words; [] when it is valid.
 
@@ -177,3 +155,30 @@ def validate(schedule, stages: int | None = None, microbatches: int | None = Non
         return problems  # the run below needs every action to exist
     durations = {op: [0.0] * stages for op in "FBIW"}
     return problems + deadlock_messages(schedule, run_blocking(schedule, stages, microbatches, durations))
+
+
+def check_pipeline(schedule, world_size, microbatches, chunks, global_batch) -> None:
+    """A real run's arguments, in one line each, before any process starts. A named schedule's own rules
+    (naive runs one micro-batch, only interleaved has chunks, …) are `make_schedule`'s (`build_schedule`)."""
+    check_ranks("world_size", world_size)
+    check_int("microbatches", microbatches, 1)
+    check_int("chunks", chunks, 1)
+    check_int("global_batch", global_batch, 1)
+    if isinstance(schedule, str):
+        check_choice("schedule", schedule, tuple(SCHEDULES))
+    elif not isinstance(schedule, (list, tuple)) or len(schedule) != world_size:
+        raise ValueError(f"schedule={schedule!r}: must be a name or one action list per rank ({world_size})")
+    check_divisible("global_batch", global_batch, "microbatches", microbatches)
+
+
+def build_schedule(schedule, world_size: int, microbatches: int, chunks: int, check: bool = True):
+    """A named schedule from the generators, or a hand-made list (Actions or '2F0' strings), which must
+    pass `validate` first (unless `check=False`: then a broken list runs and shows what real ranks do)."""
+    if isinstance(schedule, str):
+        return make_schedule(schedule, world_size, microbatches, chunks)
+    plan = as_actions(schedule)
+    problems = validate(plan, world_size * chunks, microbatches) if check else []
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ValueError(f"schedule: {problems[0]}{more}")
+    return plan

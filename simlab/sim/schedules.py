@@ -128,6 +128,21 @@ def make_schedule(name: str, stages: int, microbatches: int = 1, chunks: int = 1
     return SCHEDULES[name](stages, microbatches)
 
 
+def nearest_valid(name: str, stages: int, microbatches: int, chunks: int) -> tuple[int, int]:
+    """(m, v) closest to what an explorer's knobs ask for that schedule `name` can run: naive runs one
+    micro-batch, interleaved needs m a multiple of p (rounded up), only interleaved uses chunks.
+
+    >>> nearest_valid("interleaved", 4, 6, 2), nearest_valid("1f1b", 4, 6, 2), nearest_valid("naive", 4, 6, 2)
+    ((8, 2), (6, 1), (1, 1))
+    """
+    check_choice("name", name, tuple(SCHEDULES))
+    if name == "naive":
+        return 1, 1
+    if name == "interleaved":
+        return -(-microbatches // stages) * stages, chunks
+    return microbatches, 1
+
+
 def format_grid(schedule: list[list[Action]]) -> str:
     """One row per rank, actions in execution order, in aligned columns (what the CLI prints).
 

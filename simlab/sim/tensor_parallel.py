@@ -24,19 +24,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._checks import check_choice, check_int, check_ranks
-from .collectives import ring_all_gather, ring_all_reduce, ring_reduce_scatter
+from .._checks import check_choice, check_divisible, check_int, check_ranks
+from .collectives import ring_bytes_sent
 
 KINDS = ("column", "row")
 COMBINE = {"column": "all-gather (concat columns of Y)", "row": "all-reduce (sum of partial Y)"}
-_RING = {"all-reduce": ring_all_reduce, "reduce-scatter": ring_reduce_scatter, "all-gather": ring_all_gather}
-
-
-def check_divisible(name: str, value: int, ranks: int, what: str = "ranks") -> int:
-    if value % ranks:  # Megatron's shards must all be the same size
-        raise ValueError(f"{name}={value}: must be divisible by {what}={ranks}")
-    return value
-
 
 def _shape(name: str, shape) -> tuple[int, int]:
     if len(tuple(shape)) != 2:  # ints or numpy ints, each >= 1
@@ -79,7 +71,7 @@ def shard_plan(kind: str, ranks: int, shape) -> ShardPlan:
     check_ranks("ranks", ranks)
     shape = _shape("shape", shape)
     dim = 1 if kind == "column" else 0  # the dimension that is cut
-    step = check_divisible(f"shape[{dim}]", shape[dim], ranks) // ranks
+    step = check_divisible(f"shape[{dim}]", shape[dim], "ranks", ranks) // ranks  # equal shards, as Megatron
     cut = tuple((r * step, (r + 1) * step) for r in range(ranks))
     whole = ((0, shape[1 - dim]),) * ranks
     return ShardPlan(kind, ranks, shape, *((whole, cut) if dim else (cut, whole)))
@@ -140,7 +132,7 @@ class TPStep:
 
 
 def _step(ranks, phase, name, compute, collective="none", numel=1, itemsize=4) -> TPStep:
-    sent = _RING[collective](ranks, numel, itemsize).bytes_sent_per_rank() if collective in _RING else [0] * ranks
+    sent = ring_bytes_sent(collective, ranks, numel, itemsize) if collective != "none" else [0] * ranks
     return TPStep(phase, name, compute, collective, tuple(sent))
 
 
@@ -151,12 +143,12 @@ def block_steps(block: str, ranks: int, tokens: int, hidden: int, inner: int | N
     check_ranks("ranks", ranks)
     n, numel = ranks, check_int("tokens", tokens, 1) * check_int("hidden", hidden, 1)
     if block == "mlp":
-        ffn = check_divisible("inner", check_int("inner", inner, 1), n)
+        ffn = check_divisible("inner", check_int("inner", inner, 1), "ranks", n)
         work = [f"Y_r = GeLU(X·A_r) ({tokens}, {ffn // n})", f"Z_r = Y_r·B_r ({tokens}, {hidden}) partial",
                 "dY_r = (dZ·B_rᵀ)⊙GeLU'(X·A_r), dB_r = Y_rᵀ·dZ", "dX_r = dY_r·A_rᵀ (partial), dA_r = Xᵀ·dY_r"]
     else:
-        check_divisible("heads", check_int("heads", heads, 1), n)
-        check_divisible("hidden", hidden, heads, "heads")
+        check_divisible("heads", check_int("heads", heads, 1), "ranks", n)
+        check_divisible("hidden", hidden, "heads", heads)
         work = [f"Q_r, K_r, V_r = X·W_qkv,r ({tokens}, {hidden // n}): {heads // n} heads",
                 f"Z_r = softmax(Q_r·K_rᵀ/√d)·V_r·W_o,r ({tokens}, {hidden}) partial",
                 "dO_r = dZ·W_o,rᵀ, dW_o,r; back through softmax to dQ_r, dK_r, dV_r",
@@ -223,8 +215,8 @@ def attention_split(ranks: int, x, wq, wk, wv, wo, heads: int) -> Split:
     bad = [(n, w.shape) for n, w in zip(("wq", "wk", "wv", "wo"), (wq, wk, wv, wo)) if w.shape != (h, h)]
     if bad:
         raise ValueError(f"{bad[0][0]}.shape={bad[0][1]}: must be ({h}, {h}), x's hidden size squared")
-    check_divisible("heads", check_int("heads", heads, 1), ranks)
-    check_divisible("hidden", h, heads, "heads")
+    check_divisible("heads", check_int("heads", heads, 1), "ranks", ranks)
+    check_divisible("hidden", h, "heads", heads)
     cols = shard_plan("column", ranks, wq.shape).cols  # whole heads: h/N = (H/N)·d columns
     hr, local = h // ranks, heads // ranks  # per rank: h/N columns = H/N whole heads of d = h/H
     partials = [_attention(x, wq[:, c:c + hr], wk[:, c:c + hr], wv[:, c:c + hr], wo[c:c + hr, :], local)
@@ -243,7 +235,7 @@ def layer_comm(ranks: int, batch: int, seq: int, hidden: int, itemsize: int = 2,
     numel = check_int("batch", batch, 1) * check_int("seq", seq, 1) * check_int("hidden", hidden, 1)
     check_choice("sequence_parallel", sequence_parallel, (False, True))
     if sequence_parallel:
-        check_divisible("seq", seq, ranks)
+        check_divisible("seq", seq, "ranks", ranks)
         fwd = [("all-gather", "g {}"), ("reduce-scatter", "ḡ {}")]  # Korthikanti et al. 2022: g gathers the
         bwd = [("all-gather", "ḡ {} backward"), ("reduce-scatter", "g {} backward")]  # sequence, ḡ scatters it
     else:

@@ -7,12 +7,12 @@ import torch
 import torch.distributed as dist
 
 from simlab.exec import collectives as C
-from simlab.exec import compare
+from simlab.parity import collectives as compare
 from simlab.exec.launch import WorkerError, launch
 from simlab.plan import split_sizes
 from simlab.sim.collectives import PLANS, make_inputs, make_plan
 from simlab.sim.stepper import simulate, steps_match
-from simlab.trace import merge
+from simlab.trace import Recorder, merge
 
 WORLD_SIZES = [2, 3, 4, 8]
 
@@ -86,7 +86,7 @@ def _run_every_plan(rank, n):
         for numel in numels(n):
             for lanes in LANES:
                 x = torch.tensor(make_inputs(n, numel, seed=numel)[rank], dtype=torch.float32)
-                recorder = C.Recorder(snapshots=True)
+                recorder = Recorder(snapshots=True)
                 C.run_plan(make_plan(name, n, numel), x, recorder, lanes=lanes)
                 out[name, numel, lanes] = recorder
     return out
@@ -128,40 +128,40 @@ def test_bytes_follow_the_closed_forms(real_runs, lanes):
     runs = {(name, numel): recs for (name, numel, ln), recs in runs.items() if ln == lanes}
     for numel in numels(n):
         S, chunk = 4 * numel, [4 * s for s in split_sizes(numel, n)]
-        sent = [rec.bytes_sent for rec in runs["ring-allreduce", numel]]
+        sent = [rec.bytes_sent for rec in runs["ring-all-reduce", numel]]
         # rank r reduces and forwards every chunk but r+1 (its first send), then gathers all but r
         assert sent == [2 * S - chunk[r] - chunk[(r + 1) % n] for r in range(n)]
         assert sum(sent) == 2 * (n - 1) * S
         for name in ("ring-reduce-scatter", "ring-all-gather"):
             assert sum(rec.bytes_sent for rec in runs[name, numel]) == (n - 1) * S
         if numel % n == 0:
-            for name, factor in (("ring-allreduce", 2), ("ring-reduce-scatter", 1), ("ring-all-gather", 1)):
+            for name, factor in (("ring-all-reduce", 2), ("ring-reduce-scatter", 1), ("ring-all-gather", 1)):
                 assert [rec.bytes_sent for rec in runs[name, numel]] == [factor * (n - 1) * S // n] * n
-        assert [rec.bytes_sent for rec in runs["naive-allreduce", numel]] == [(n - 1) * S] + [S] * (n - 1)
+        assert [rec.bytes_sent for rec in runs["naive-all-reduce", numel]] == [(n - 1) * S] + [S] * (n - 1)
 
 
 def test_a_corrupted_real_run_is_caught(real_runs):
     n, runs = real_runs
     numel = 4 * n + 3
     if n == 1:  # nothing moves, so there is nothing to corrupt: check exactly that instead
-        assert make_plan("ring-allreduce", 1, numel).num_steps == 0
-        assert runs["ring-allreduce", numel, None][0].events == []
+        assert make_plan("ring-all-reduce", 1, numel).num_steps == 0
+        assert runs["ring-all-reduce", numel, None][0].events == []
         return
-    plan = make_plan("ring-allreduce", n, numel)
+    plan = make_plan("ring-all-reduce", n, numel)
     sim = simulate(plan, make_inputs(n, numel, seed=numel))
-    recorders = copy.deepcopy(runs["ring-allreduce", numel, None])
+    recorders = copy.deepcopy(runs["ring-all-reduce", numel, None])
     assert all(steps_match(sim.steps, compare.real_steps(plan, recorders)))
     recorders[1].values[2] = tuple(None if v is None else v + 1 for v in recorders[1].values[2])
     verdicts = steps_match(sim.steps, compare.real_steps(plan, recorders))
     assert verdicts[2] is False and verdicts.count(False) == 1  # exactly the corrupted step
-    recorders = copy.deepcopy(runs["ring-allreduce", numel, 2])
+    recorders = copy.deepcopy(runs["ring-all-reduce", numel, 2])
     i = next(i for i, e in enumerate(recorders[0].events) if e.kind == "send" and e.step == 1)
     event = recorders[0].events[i]
     recorders[0].events[i] = dataclasses.replace(event, chunk=(event.chunk + 1) % n)  # wrong chunk sent
     assert steps_match(sim.steps, compare.real_steps(plan, recorders))[2] is False  # step 1 ran -> SimStep 2
     assert merge(r.events for r in recorders).signature() != sim.trace.signature()
     # a rank that recorded nothing: every step after 0 is missing its transfers
-    verdicts = steps_match(sim.steps, compare.real_steps(plan, recorders[:-1] + [C.Recorder()]))
+    verdicts = steps_match(sim.steps, compare.real_steps(plan, recorders[:-1] + [Recorder()]))
     assert verdicts[1:] == [False] * plan.num_steps
 
 
@@ -171,28 +171,41 @@ def test_a_corrupted_real_run_is_caught(real_runs):
 def test_run_collective_agrees_with_torch_and_simulator(name):
     res = compare.run_collective(name, world_size=3, numel=8, seed=1, snapshots=True)
     assert res["matches_simulator"] and res["max_abs_diff_vs_torch"] == 0.0
+    assert res["max_abs_diff_vs_reference"] == 0.0  # the exact integer sums the simulator expects
     assert res["backend"] == "gloo" and res["world_size"] == 3
     assert res["bytes_sent_per_rank"] == res["plan"].bytes_sent_per_rank()
     assert res["trace"].bytes_sent_per_rank(3) == res["bytes_sent_per_rank"]
 
 
 def test_run_collective_without_snapshots_still_checks_the_trace():
-    res = compare.run_collective("ring-allreduce", world_size=4, numel=3)
+    res = compare.run_collective("ring-all-reduce", world_size=4, numel=3)
     assert res["matches_simulator"] and res["max_abs_diff_vs_torch"] == 0.0
     assert all(v is None for step in res["steps"] for row in step.values for v in row)
 
 
 @pytest.mark.parametrize("kwargs", [dict(name="ring", world_size=2, numel=4),
-                                    dict(name="broadcast", world_size=0, numel=4),
-                                    dict(name="broadcast", world_size=2, numel=0),
-                                    dict(name="broadcast", world_size=2, numel=4, seed=-1)])
-def test_run_collective_rejects_bad_input_before_starting(kwargs):
+                                    dict(name="tree-broadcast", world_size=0, numel=4),
+                                    dict(name="tree-broadcast", world_size=2, numel=0),
+                                    dict(name="tree-broadcast", world_size=2, numel=4, seed=-1)])
+def test_run_collective_rejects_bad_input_before_starting(kwargs, no_launch):
     with pytest.raises(ValueError):
         compare.run_collective(**kwargs)
 
 
+def test_run_collective_catches_a_wrong_result(monkeypatch):
+    monkeypatch.setattr(compare, "ring_all_reduce", lambda t, recorder=None, group=None: (C.ring_all_reduce(
+        t, recorder, group), t.add_(1)))  # forked ranks inherit the patch
+    res = compare.run_collective("ring-all-reduce", world_size=2, numel=4)
+    assert res["max_abs_diff_vs_reference"] == 1.0 and res["max_abs_diff_vs_torch"] == 1.0
+
+
+def test_old_names_still_run_and_the_result_uses_the_new_one():
+    res = compare.run_collective("ring-allreduce", world_size=2, numel=4)
+    assert res["name"] == "ring-all-reduce" and res["max_abs_diff_vs_torch"] == 0.0
+
+
 def _wrong_size(rank, n):
-    C.run_plan(make_plan("ring-allreduce", n, 8), torch.zeros(7))
+    C.run_plan(make_plan("ring-all-reduce", n, 8), torch.zeros(7))
 
 
 def test_run_plan_rejects_a_tensor_that_does_not_fit_the_plan():
@@ -202,6 +215,6 @@ def test_run_plan_rejects_a_tensor_that_does_not_fit_the_plan():
 
 def test_holdings_start_as_the_plan_says():
     assert C._initially_held(make_plan("ring-all-gather", 4, 8), 2) == {2}  # "own"
-    assert C._initially_held(make_plan("broadcast", 4, 8), 1) == set()  # "root", not the root
-    assert C._initially_held(make_plan("broadcast", 4, 8), 0) == {0}
-    assert C._initially_held(make_plan("ring-allreduce", 4, 8), 3) == {0, 1, 2, 3}  # "all"
+    assert C._initially_held(make_plan("tree-broadcast", 4, 8), 1) == set()  # "root", not the root
+    assert C._initially_held(make_plan("tree-broadcast", 4, 8), 0) == {0}
+    assert C._initially_held(make_plan("ring-all-reduce", 4, 8), 3) == {0, 1, 2, 3}  # "all"

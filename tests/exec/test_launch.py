@@ -279,7 +279,7 @@ def test_bad_input_raises_before_any_process(monkeypatch, kwargs, name):
 def test_nccl_without_enough_gpus(monkeypatch):
     monkeypatch.setattr(L.mp, "get_context", lambda method: pytest.fail("process started"))
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    message = f"world_size=1000: backend 'nccl' needs 1000 GPUs, found {gpus}"
+    message = f"backend='nccl': needs one GPU per rank, 1000 for world_size=1000; found {gpus}"
     with pytest.raises(ValueError, match=f"^{message}$"):
         launch(_rank, 1000, backend="nccl")
     assert resolve_backend("auto", 1000) == "gloo" and resolve_backend("gloo", 2) == "gloo"

@@ -6,12 +6,13 @@ import time
 
 import pytest
 
-import simlab.exec.launch as L
 import simlab.exec.pipeline as PL
-import simlab.exec.pipeline_torch as PT
+import simlab.parity.pipeline_torch as PT
 from simlab.exec.launch import LaunchTimeout, WorkerError
-from simlab.exec.pipeline_parity import bubbles, run_pipeline, stage_times, transfer_time
+from simlab.exec.pipeline import owner
+from simlab.parity.pipeline import run_pipeline
 from simlab.sim.pipeline import bubble_fraction, simulate
+from simlab.sim.pipeline_calibrate import bubbles, stage_times, transfer_time
 from simlab.sim.schedules import gpipe, make_schedule, zero_bubble
 
 TOL = 1e-5  # fp32: the micro-batch sums run in another order than the whole batch's, nothing more
@@ -30,10 +31,22 @@ def run(request):
     return run_pipeline(name, p, m, v, steps=2, global_batch=16)
 
 
-def test_loss_grads_and_params_match_one_process(run):
+def test_loss_grads_and_params_match_one_process_and_torch(run):
     assert run["max_abs_diff_vs_reference"] <= TOL  # loss of both steps, every grad, params after SGD
+    assert run["max_abs_diff_vs_torch"] <= TOL  # torch.distributed.pipelining: losses and params after SGD
     assert abs(run["loss"] - run["reference_loss"]) <= TOL
     assert len(run["losses"]) == 2 and run["reference_losses"][1] < run["reference_losses"][0]  # it trains
+
+
+def test_bytes_sent_are_one_activation_forward_and_one_grad_back_per_boundary(run):
+    """Per step, stage s's owner sends the batch's activation (B, h) on to stage s+1 and its input grad
+    back to stage s-1, whenever that neighbour lives on another rank: B·h·4 bytes each, fp32."""
+    p, S, B, h = run["world_size"], run["num_stages"], 16, 16
+    sent = [0] * p
+    for s in range(S):
+        r = owner(s, p)
+        sent[r] += B * h * 4 * ((s < S - 1 and owner(s + 1, p) != r) + (s > 0 and owner(s - 1, p) != r))
+    assert run["bytes_sent_per_rank"] == sent and run["backend"] == "gloo"
 
 
 def test_trace_is_the_simulators(run):
@@ -90,7 +103,7 @@ def test_late_leaving_a_barrier_does_not_skew_the_trace(monkeypatch):
         forward(self, a)
     monkeypatch.setattr(PL.dist, "barrier", late_barrier)  # forked ranks inherit both
     monkeypatch.setattr(PL.PipelineRank, "forward", slow_first_forward)
-    res = run_pipeline("gpipe", 2, 2, steps=1, global_batch=4)
+    res = run_pipeline("gpipe", 2, 2, steps=1, global_batch=4, compare_torch=False)
     trace, ready = res["trace"], res["output_ready"][0]
     start = {e.name: e.start for e in trace}
     assert start["0F0"] > 0.35 and start["1F0"] > start["0F0"]  # per-rank origins: 1F0 at ≈ 0.2, 0F0 at ≈ 0.4
@@ -148,8 +161,7 @@ def test_a_lost_weight_gradient_is_caught(monkeypatch):
     ({"schedule": [["0F0", "0B0"], ["1B0", "1F0"]], "world_size": 2, "microbatches": 1, "global_batch": 2},
      "schedule: rank 1, step 0: 1B0 comes before 1F0"),
 ])
-def test_bad_input_fails_before_any_process_starts(monkeypatch, kwargs, message):
-    monkeypatch.setattr(L, "launch", lambda *a, **k: pytest.fail("a process was started"))
+def test_bad_input_fails_before_any_process_starts(no_launch, kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")) as err:
         run_pipeline(**kwargs)
     assert "\n" not in str(err.value)
@@ -201,8 +213,7 @@ def test_same_loss_and_grads_as_torch_pipelining(name, p):
 
 
 @pytest.mark.parametrize("fn", [PT.compare_with_torch, PT.time_pipeline_steps])
-def test_torch_1f1b_with_fewer_microbatches_than_stages_fails_before_launch(monkeypatch, fn):
-    monkeypatch.setattr(L, "launch", lambda *a, **k: pytest.fail("a process was started"))
+def test_torch_1f1b_with_fewer_microbatches_than_stages_fails_before_launch(no_launch, fn):
     with pytest.raises(ValueError, match="^microbatches=2: torch's Schedule1F1B needs microbatches >= stages=3$"):
         fn("1f1b", 3, 2, global_batch=4)
 
@@ -211,6 +222,14 @@ def test_the_torch_comparison_can_fail(monkeypatch):
     monkeypatch.setattr(PT, "loss_fn", lambda out, y: 2 * PL.loss_fn(out, y))  # torch's loss only
     res = PT.compare_with_torch("1f1b", 2, 4)
     assert abs(res["torch_loss"] - 2 * res["loss"]) <= TOL and res["max_abs_diff_vs_torch"] > 1e-3
+    res = run_pipeline("1f1b", 2, 4, steps=2, global_batch=8)  # the same check inside run_pipeline
+    assert res["max_abs_diff_vs_reference"] <= TOL and res["max_abs_diff_vs_torch"] > 1e-3
+
+
+def test_runs_without_a_torch_counterpart_say_why():
+    res = run_pipeline("1f1b", 3, 2, global_batch=4)  # torch's Schedule1F1B refuses m < p
+    assert res["max_abs_diff_vs_torch"] is None and "Schedule1F1B" in res["why_no_torch"]
+    assert res["max_abs_diff_vs_reference"] <= TOL
 
 
 def test_time_pipeline_steps_reports_both_and_the_ratio():
@@ -220,7 +239,7 @@ def test_time_pipeline_steps_reports_both_and_the_ratio():
 
 
 def test_compare_bubbles_reports_measured_simulated_and_their_gap():
-    from simlab.exec.pipeline_parity import compare_bubbles
+    from simlab.parity.pipeline import compare_bubbles
     res = compare_bubbles("gpipe", 2, 2, hidden=8, microbatch_size=2, steps=2)
     measured, simulated = res["measured_bubble_fraction"], res["simulated_bubble_fraction"]
     assert res["relative_error"] == pytest.approx(abs(measured - simulated) / measured)

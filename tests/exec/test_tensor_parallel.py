@@ -7,11 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-import simlab.exec.launch as L
 import simlab.exec.tensor_parallel as T
 from simlab.exec.launch import launch
-from simlab.exec.tensor_parallel_parity import (forward_backward, make_block, make_input, run_tp,
-                                                tp_worker)
+from simlab.exec.models import make_block, make_input
+from simlab.parity.tensor_parallel import forward_backward, run_tp, tp_worker
 from simlab.sim.collectives import ring_all_gather, ring_all_reduce
 
 TOL = 1e-5  # fp32: the partial sums are added in another order, nothing more
@@ -59,8 +58,8 @@ def test_torch_tp_runs_the_same_forward_collective(run):
 def test_ring_accounting_is_the_simulators(numel, n):
     for r in range(n):
         for op, plan in (("all-reduce", ring_all_reduce), ("all-gather", ring_all_gather)):
-            stats = T.CommStats(r, n)
-            stats.record("forward", op, numel, 1)
+            stats = T.CommStats(rank=r, world_size=n)  # no process group needed to count
+            stats.record("forward", op, numel, 1, start=0.0)
             assert stats.bytes_sent == plan(n, numel, 1).bytes_sent_per_rank()[r]
 
 
@@ -74,8 +73,8 @@ def _linears(rank, world_size):
     full = nn.Linear(6, 8)
     x, dy = torch.randn(3, 6), torch.randn(3, 8)
     ref = forward_backward(full, x, dy)
-    col = T.ColumnParallelLinear.from_full(full, rank, world_size, gather_output=True)
-    row = T.RowParallelLinear.from_full(full, rank, world_size, input_is_parallel=False)
+    col = T.ColumnParallelLinear.from_full(full, gather_output=True)
+    row = T.RowParallelLinear.from_full(full, input_is_parallel=False)
     mesh = init_device_mesh("cpu", (world_size,))
     torch_col = parallelize_module(copy.deepcopy(full), mesh, ColwiseParallel(output_layouts=Replicate()))
     torch_row = parallelize_module(copy.deepcopy(full), mesh, RowwiseParallel(input_layouts=Replicate()))
@@ -133,19 +132,22 @@ def test_dropping_f_breaks_dx_but_not_the_weight_grads():
     (dict(ffn=10), "ffn=10: must be divisible by world_size=4"), (dict(seed=-1), "seed=-1"),
     (dict(compare_torch="yes"), "compare_torch='yes'"), (dict(timeout=0), "timeout=0"),
 ])
-def test_bad_input_fails_before_any_process_starts(kwargs, message, monkeypatch):
-    monkeypatch.setattr(L, "launch", lambda *a, **k: pytest.fail("launched despite bad input"))
+def test_bad_input_fails_before_any_process_starts(kwargs, message, no_launch):
     with pytest.raises(ValueError) as err:
         run_tp(**kwargs)
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def _stats(rank, world_size):
+    return T.CommStats(rank=rank, world_size=world_size)  # a layout without any process group
+
+
 @pytest.mark.parametrize("call, message", [
-    (lambda: T.ColumnParallelLinear.from_full(nn.Linear(4, 6), 0, 4), "out_features=6"),
-    (lambda: T.RowParallelLinear.from_full(nn.Linear(6, 4), 0, 4), "in_features=6"),
-    (lambda: T.ColumnParallelLinear.from_full(nn.Linear(4, 8), 4, 4), "rank=4"),
-    (lambda: T.ParallelSelfAttention.from_full(make_block("attention", 12, 6, 0), 0, 4), "heads=6"),
-    (lambda: T.ParallelMLP.from_full(make_block("mlp", 8, 1, 6), 0, 4), "out_features=6"),
+    (lambda: T.ColumnParallelLinear.from_full(nn.Linear(4, 6), stats=_stats(0, 4)), "out_features=6"),
+    (lambda: T.RowParallelLinear.from_full(nn.Linear(6, 4), stats=_stats(0, 4)), "in_features=6"),
+    (lambda: T.ColumnParallelLinear.from_full(nn.Linear(4, 8), stats=_stats(4, 4)), "rank=4"),
+    (lambda: T.ParallelSelfAttention.from_full(make_block("attention", 12, 6, 0), stats=_stats(0, 4)), "heads=6"),
+    (lambda: T.ParallelMLP.from_full(make_block("mlp", 8, 1, 6), stats=_stats(0, 4)), "out_features=6"),
 ])
 def test_from_full_bad_input(call, message):
     with pytest.raises(ValueError) as err:

@@ -8,7 +8,7 @@ import torch
 
 import simlab.exec.zero as Z
 from simlab.exec.launch import launch
-from simlab.exec.zero_parity import run_zero
+from simlab.parity.zero import compare_with_walkthrough, run_zero
 
 TOL = 1e-5  # fp32: the grads are summed in another order, nothing more
 SIZES = (5, 7, 3)  # layers of 42 and 24 params: 42 is padded at n = 4 (S = 11); test_shards covers the rest
@@ -51,6 +51,18 @@ def test_measured_bytes_match_the_memory_model(run):
     model = memory.per_gpu_bytes(P, run["world_size"], run["stage"], offload=run["offload"], precision="fp32")
     keys = ["params", "grads", "optimizer", "cpu"]  # offload's host: fp32 master, m, v, grad = 16 B/elem
     assert all(m[k] == model[k] for m in run["measured_bytes_per_rank"] for k in keys)
+    assert run["predicted_bytes_per_rank"] == [{k: model[k] for k in keys}] * run["world_size"]
+
+
+def test_bytes_sent_per_step_match_the_communication_model(run):
+    """(N-1)·ΣS·8 B per step for stages 1-2 (RS + AG, fp32), (N-1)·ΣS·12 B for stage 3 (AG twice + RS)."""
+    from simlab.sim import memory
+    n, stage = run["world_size"], run["stage"]
+    S = sum(math.ceil((a + 1) * b / n) for a, b in zip(SIZES, SIZES[1:]))
+    expected = (n - 1) * S * (12 if stage == 3 else 8)
+    P = [(a + 1) * b for a, b in zip(SIZES, SIZES[1:])]
+    assert memory.comm_volume_per_step(P, stage, n, "fp32") == expected
+    assert run["bytes_sent_per_rank"] == run["predicted_bytes_sent_per_rank"] == [expected] * n
 
 
 def test_memory_shrinks_stage_by_stage():
@@ -72,10 +84,10 @@ def test_trace_order(run):
                          "all-gather L0", "backward L0", "free L0", "reduce-scatter L0", "step L0", "step L1"]
     n, trace = run["world_size"], run["trace"]
     assert {e.kind for e in trace} == {"comm", "compute"} and all(e.end >= e.start for e in trace)
-    padded = [math.ceil((a + 1) * b / n) * n for a, b in zip(SIZES, SIZES[1:])]  # per layer: N·S
+    shards = [math.ceil((a + 1) * b / n) for a, b in zip(SIZES, SIZES[1:])]  # per layer: S
     rs = [e for e in trace if e.name.startswith("reduce-scatter") and "L0" in e.name.split()]
-    assert len(rs) == 5 * n and all(e.nbytes == 4 * (sum(padded) if run["stage"] == 1 else padded[0])
-                                    for e in rs)  # the padded buffer: one layer, or stage 1's bucket
+    assert len(rs) == 5 * n and all(e.nbytes == 4 * (n - 1) * (sum(shards) if run["stage"] == 1 else shards[0])
+                                    for e in rs)  # what this rank sent: N-1 shards of one layer, or of stage 1's bucket
 
 
 def test_adam_update_is_torch_adam_bit_for_bit():
@@ -92,22 +104,26 @@ def test_adam_update_is_torch_adam_bit_for_bit():
     assert torch.equal(m, opt.state[theirs]["exp_avg"]) and torch.equal(v, opt.state[theirs]["exp_avg_sq"])
 
 
-def test_skipping_the_reduction_is_caught():
-    res = run_zero(2, 2, steps=5, global_batch=8, sizes=SIZES, compare_torch=False, _mutation="local_grads")
+def test_skipping_the_reduction_is_caught(monkeypatch):
+    # each rank keeps its own slice of its own grads; the forked ranks inherit the patch
+    monkeypatch.setattr(Z, "reduce_scatter_mean", lambda rows, group=None: rows[Z.dist.get_rank(group)])
+    res = run_zero(2, 2, steps=5, global_batch=8, sizes=SIZES, compare_torch=False)
     assert res["max_abs_diff_vs_reference"] > 100 * TOL
 
 
-def test_skipping_the_average_is_almost_invisible_to_adam():
+def test_skipping_the_average_is_almost_invisible_to_adam(monkeypatch):
     # Adam divides m by sqrt(v): grads N times too large change only the eps term — a lesson, not a bug
-    res = run_zero(2, 2, steps=5, global_batch=8, sizes=SIZES, compare_torch=False, _mutation="no_average")
+    mean = Z.reduce_scatter_mean
+    monkeypatch.setattr(Z, "reduce_scatter_mean", lambda rows, group=None: mean(rows, group).mul_(rows.shape[0]))
+    res = run_zero(2, 2, steps=5, global_batch=8, sizes=SIZES, compare_torch=False)
     assert 0 < res["max_abs_diff_vs_reference"] <= TOL
 
 
 def _collectives(rank, world_size):
     rows = torch.arange(8.0).view(2, 4) * (rank + 1)  # (N, S) padded buffer of this rank's grads
-    mean = Z.reduce_scatter_mean(rows, world_size).clone()  # (4,) own shard of the mean
+    mean = Z.reduce_scatter_mean(rows).clone()  # (4,) own shard of the mean
     rows.fill_(-1)[rank] = mean  # only our own row is known before the gather
-    return mean.tolist(), Z.all_gather(rows, world_size).view(-1).tolist()
+    return mean.tolist(), Z.all_gather(rows).view(-1).tolist()
 
 
 def test_reduce_scatter_mean_and_all_gather():
@@ -122,16 +138,13 @@ def test_reduce_scatter_mean_and_all_gather():
     (dict(stage=2, offload="yes"), "offload='yes'"), (dict(stage=2, steps=0), "steps=0"),
     (dict(stage=2, lr=0), "lr=0"),
 ])
-def test_invalid_arguments_fail_before_launch(kwargs, message, monkeypatch):
-    import simlab.exec.launch as L
-    monkeypatch.setattr(L, "launch", lambda *a, **k: pytest.fail("launched"))
+def test_invalid_arguments_fail_before_launch(kwargs, message, no_launch):
     with pytest.raises(ValueError, match=message):
         run_zero(**kwargs)
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])
 def test_real_collectives_follow_the_simulated_walkthrough(stage):
-    from simlab.exec.zero_parity import compare_with_walkthrough, run_zero
     from simlab.trace import Event, Trace
 
     res = run_zero(stage, world_size=3, steps=1, global_batch=6, sizes=(5, 7, 3, 4), compare_torch=False)

@@ -1,0 +1,64 @@
+"""The `simlab` command line: rerun a lesson's scene on a workstation or under torchrun.
+
+    simlab collective ring-all-reduce --ranks 4 --size 1048576 --json   # lesson 1: a plan, simulated
+    simlab run ring-all-reduce --world-size 4 --json                    #   the same plan on real processes
+    simlab run ddp --world-size 4 --json                                # lesson 2: ours vs torch vs 1 process
+    simlab memory --params 7.5e9 --gpus 64 --zero 3 --json              # lesson 3: ZeRO memory per GPU
+    simlab schedule 1f1b --stages 4 --microbatches 8 --json             # lesson 4: a schedule, simulated
+    simlab split column --ranks 4 --shape 8x12                          # lesson 5: who holds which block
+
+One module per lesson (`simlab.cli.collectives`, `.data_parallel`, `.zero`, `.pipeline`,
+`.tensor_parallel`), each with `add_commands(sub, run)` and `cmd_*(args) -> dict`. Every subcommand
+takes --json (strict JSON); bad arguments get one line naming the flag, before any process starts; a
+failing run is one line too (--verbose shows the traceback).
+"""
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+
+from . import collectives, data_parallel, pipeline, tensor_parallel, zero
+from .common import OneLineParser, as_flags, is_printing_rank, summary
+
+LESSONS = (collectives, data_parallel, zero, pipeline, tensor_parallel)
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="simlab", description=__doc__.split("\n")[0])
+    parser.add_argument("--verbose", action="store_true", help="on failure, print the full traceback")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=OneLineParser)
+    run_parser = sub.add_parser("run", help="run a lesson's algorithm on real processes, checked against "
+                                            "one process and torch's own")
+    run = run_parser.add_subparsers(dest="target", metavar="what", required=True, parser_class=OneLineParser)
+    for lesson in LESSONS:
+        lesson.add_commands(sub, run)
+    for action in (sub, run):  # each command's own parser, so its errors can name its own flags
+        for name, p in action.choices.items():
+            p.set_defaults(parser=p)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    where = f"simlab {args.command}" + (f" {args.target}" if args.command == "run" else "")
+    try:
+        out = args.func(args)
+        text = json.dumps(out, allow_nan=False) if args.json else summary(out) if getattr(args, "summary", True) else None
+    except ValueError as err:  # bad input: refused before any work, in the words of the flags
+        parser.exit(2, f"{where}: error: {as_flags(str(err), args.parser)}\n")
+    except KeyboardInterrupt:
+        parser.exit(130, f"{where}: interrupted; every worker was stopped\n")
+    except Exception as err:  # a run that failed: one line; the traceback only when asked for
+        if args.verbose:
+            traceback.print_exc()
+        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+        parser.exit(1, f"{where}: failed: {first} (--verbose for the traceback)\n")
+    if text is not None and is_printing_rank():
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

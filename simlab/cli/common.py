@@ -1,0 +1,75 @@
+"""What every `simlab` subcommand shares: one-line errors, the same flag with the same rule everywhere,
+and one way to print a run's result (the parity contract's core keys, then the lesson's own)."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+
+from .. import _checks
+from ..parity import CORE_KEYS
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but errors are a single line (no usage dump) — easy to read in a notebook."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def add_json(p) -> None:
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_run_flags(p, backends: str = "auto | gloo | nccl") -> None:
+    """The flags of every `simlab run` target, with one meaning and one rule everywhere."""
+    p.add_argument("--world-size", type=int, default=None,
+                   help="number of processes (default: $WORLD_SIZE under torchrun, else 4)")
+    p.add_argument("--backend", default="auto", help=f"{backends} (default auto)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds before workers are killed (default 120)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the model (default 0)")
+    add_json(p)
+
+
+def add_training_flags(p, steps: bool = True) -> None:
+    if steps:
+        p.add_argument("--steps", type=int, default=5, help="optimizer steps (default 5)")
+    p.add_argument("--global-batch", type=int, default=16, help="samples per step, over all ranks (default 16)")
+
+
+def check_run_flags(args) -> None:
+    """Before any work: the world size (torchrun's by default) and the flags every run shares."""
+    if args.world_size is None:  # under torchrun, default to its world size
+        args.world_size = int(os.environ.get("WORLD_SIZE", 4))
+    _checks.check_int("world_size", args.world_size, 1)
+    _checks.check_int("seed", args.seed, 0)
+    _checks.check_positive("timeout", args.timeout)
+
+
+def check_training_flags(args) -> None:
+    """What every training run needs: steps, and a batch the ranks can split evenly."""
+    _checks.check_int("steps", args.steps, 1)
+    _checks.check_batch(args.global_batch, args.world_size)
+
+
+def is_printing_rank() -> bool:
+    """Under torchrun every rank runs this CLI; only rank 0 prints."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def run_output(head: dict, res: dict, *extra: str) -> dict:
+    """A run's printable result: what was run (`head`), the core keys of the parity contract (all but
+    the trace), then the lesson's own `extra` keys — the same shape for every `simlab run` target."""
+    core = {k: res[k] for k in CORE_KEYS if k != "trace"}
+    why = {"why_no_torch": res["why_no_torch"]} if "why_no_torch" in res else {}
+    return head | core | why | {k: res[k] for k in extra if k in res}
+
+
+def summary(out: dict) -> str:
+    return "\n".join(f"{key:>24}: {value}" for key, value in out.items())
+
+
+def as_flags(message: str, parser) -> str:
+    """The engines name their parameters ("world_size=3: …"); the CLI user typed flags ("--world-size=3")."""
+    flags = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
+    return re.sub(r"(?<![\w-])([a-z_]+)=", lambda m: f"{flags.get(m[1], m[1])}=", message)

@@ -1,0 +1,68 @@
+"""The 1F1B exercise's grader: accepts Megatron's order, rejects each kind of mistake with a teaching line."""
+import pytest
+
+from simlab.grading.pipeline import check_one_f_one_b
+from simlab.plan import Action
+from simlab.sim.schedules import gpipe, one_f_one_b
+
+
+def test_accepts_the_reference(capsys):
+    check_one_f_one_b(one_f_one_b)
+    assert capsys.readouterr().out.startswith("1F1B schedule: ✓ 10 (p, m) cases")
+
+
+def _drop_last(p, m):
+    s = one_f_one_b(p, m)
+    s[0] = s[0][:-1]
+    return s
+
+
+def _warmup_one_short(p, m):  # a common slip: p - r - 2 warm-up forwards
+    out = []
+    for r in range(p):
+        w = max(min(p - r - 2, m), 0)
+        acts = [Action(r, "F", j) for j in range(w)]
+        for j in range(m - w):
+            acts += [Action(r, "F", w + j), Action(r, "B", j)]
+        out.append(acts + [Action(r, "B", j) for j in range(m - w, m)])
+    return out
+
+
+def _backward_first_in_steady(p, m):  # B before F in the steady state: deadlocks
+    out = []
+    for r in range(p):
+        w = min(p - r - 1, m)
+        acts = [Action(r, "F", j) for j in range(w)]
+        for j in range(m - w):
+            acts += [Action(r, "B", j), Action(r, "F", w + j)]
+        out.append(acts + [Action(r, "B", j) for j in range(m - w, m)])
+    return out
+
+
+def _backwards_swapped(p, m):  # valid, same bubble and peak memory: only the order differs
+    s = one_f_one_b(p, m)
+    s[0][12], s[0][13] = s[0][13], s[0][12]  # (4, 8), the first case: rank 0's 0B4 and 0B5
+    return s
+
+
+@pytest.mark.parametrize("broken, reason", [
+    (gpipe, "peak activations [8, 8, 8, 8], expected min(p-r, m) = [4, 3, 2, 1] per rank"),
+    (_drop_last, "missing: 0B7"),
+    (_warmup_one_short, "bubble 0.5556, closed form (p-1)/(m+p-1) = 0.2727"),
+    (_backwards_swapped, "valid, with 1F1B's bubble and memory, but not Megatron's order: "
+                         "rank 0 step 12 is 0B5, Megatron's 1F1B runs 0B4 there"),
+    (_backward_first_in_steady, "rank 3, step 0: 3B0 comes before 3F0"),
+    (lambda p, m: [["0X0"]], "action='0X0'"),
+])
+def test_rejects_mistakes_with_a_reason(broken, reason, capsys):
+    with pytest.raises(AssertionError):
+        check_one_f_one_b(broken)
+    out = capsys.readouterr().out
+    assert out.startswith("1F1B schedule: ✗ stages=4, microbatches=8") and reason in out, out
+
+
+def test_lets_the_stub_error_through():
+    def stub(p, m):
+        raise NotImplementedError
+    with pytest.raises(NotImplementedError):
+        check_one_f_one_b(stub)

@@ -1,0 +1,153 @@
+"""Lesson 5's TP pictures and widgets: every coloured cell sits where `shard_plan` puts that rank's slice,
+the explorer's bytes are the ring closed forms and its errors the engines', the step view is `block_steps`
+and its real counts are `run_tp`'s."""
+import ipywidgets as w
+import matplotlib
+import numpy as np
+import pytest
+
+matplotlib.use("Agg")
+
+from simlab.parity.tensor_parallel import run_tp  # noqa: E402
+from simlab.render.tensor_parallel import draw_mlp_shards, draw_split, draw_tp_steps, real_counts_line  # noqa: E402
+from simlab.render.tensor_parallel_widgets import (FFN, HIDDEN, TOKENS, mlp_explorer, mlp_inputs, mlp_split_frame,  # noqa: E402
+                                      plan_steps, step_frame, steps_player, steps_text, sync_rows)
+from simlab.sim.tensor_parallel import (COMBINE, block_steps, broken_mlp, bytes_per_rank,  # noqa: E402
+                                        count_collectives, shard_plan, split_linear)
+
+X = np.arange(16).reshape(2, 8)  # (b, in)
+W = np.arange(96).reshape(8, 12)  # (in, out)
+
+
+def cells(fig, gid):
+    """(row, col) of every cell with this gid, counted from its matrix's top-left cell."""
+    ax = fig.axes[0]
+    name = gid.split()[0]
+    whole = [p for p in ax.patches if (p.get_gid() or "").split()[:1] == [name]]
+    x0, top, size = min(p.get_x() for p in whole), max(p.get_y() for p in whole), whole[0].get_width()
+    return {(round((top - p.get_y()) / size), round((p.get_x() - x0) / size))
+            for p in whole if p.get_gid() == gid}
+
+
+def block(rows, cols):
+    return {(i, j) for i in range(*rows) for j in range(*cols)}
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4])
+def test_column_split_colours_w_columns_and_y_columns(ranks):
+    split = split_linear("column", ranks, X, W)
+    fig = draw_split(split)
+    for r in range(ranks):
+        assert cells(fig, f"W rank {r}") == block(split.plan.rows[r], split.plan.cols[r])
+        assert len(cells(fig, f"W rank {r}")) == split.shards[r].size
+        assert cells(fig, f"Y rank {r}") == block((0, 2), split.plan.cols[r])  # concatenated in rank order
+    assert cells(fig, "X all") == block((0, 2), (0, 8))  # every rank needs all of X
+    assert COMBINE["column"] in fig.axes[0].get_title()
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_row_split_colours_x_columns_w_rows_and_sums_partials(ranks):
+    split = split_linear("row", ranks, X, W)
+    fig = draw_split(split)
+    for r in range(ranks):
+        assert cells(fig, f"W rank {r}") == block(split.plan.rows[r], (0, 12))
+        assert cells(fig, f"X rank {r}") == block((0, 2), split.plan.rows[r])  # X's matching column block
+        assert len(cells(fig, f"X rank {r}")) == split.inputs[r].size
+        assert len([p for p in fig.axes[0].patches if p.get_gid() == f"partial rank {r}"]) == split.partials[r].size
+    assert cells(fig, "Y sum") == block((0, 2), (0, 12))
+    assert COMBINE["row"] in fig.axes[0].get_title()
+
+
+@pytest.mark.parametrize("a_split", ["column", "row"])
+@pytest.mark.parametrize("b_split", ["column", "row"])
+def test_mlp_shards_follow_shard_plan(a_split, b_split):
+    fig = draw_mlp_shards(a_split, b_split, 4, HIDDEN, FFN)
+    for name, kind, shape in (("A", a_split, (HIDDEN, FFN)), ("B", b_split, (FFN, HIDDEN))):
+        plan = shard_plan(kind, 4, shape)
+        for r in range(4):
+            assert cells(fig, f"{name} rank {r}") == block(plan.rows[r], plan.cols[r])
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 4, 8])
+def test_megatron_choice_is_exact_with_one_all_reduce_of_the_closed_form(ranks):
+    rows = sync_rows("column", "row", ranks)
+    assert [r["collective"] for r in rows] == ["all-reduce"]
+    ring = 2 * (ranks - 1) * TOKENS * HIDDEN * 4 // ranks  # 2(N-1)/N of (t, h) fp32
+    forward = [s for s in block_steps("mlp", ranks, TOKENS, HIDDEN, FFN) if s.phase == "forward"]
+    assert rows[0]["bytes/rank"] == ring == bytes_per_rank(forward)[0]
+    _, text = mlp_split_frame("column", "row", ranks, figure=False)
+    assert "exact" in text and "Megatron" in text and "WRONG" not in text
+
+
+@pytest.mark.parametrize("ranks", [2, 4, 8])
+def test_other_choices_cost_more_and_row_a_is_wrong(ranks):
+    col_col = sync_rows("column", "column", ranks)
+    assert [r["bytes/rank"] for r in col_col] == [(ranks - 1) * TOKENS * FFN * 4 // ranks,  # all-gather (t, f)
+                                                   (ranks - 1) * TOKENS * HIDDEN * 4 // ranks]
+    assert "exact" in mlp_split_frame("column", "column", ranks, figure=False)[1]
+    megatron = sync_rows("column", "row", ranks)[0]["bytes/rank"]
+    error = broken_mlp(ranks, *mlp_inputs()).error
+    assert error > 0.1  # GeLU of partial sums: far off, not rounding
+    for b_split in ("column", "row"):
+        rows = sync_rows("row", b_split, ranks)
+        # B by rows only needs its own column block of GeLU(X·A): a reduce-scatter; B by columns all of it
+        want = {"row": ("reduce-scatter", (ranks - 1) * TOKENS * FFN * 4 // ranks),
+                "column": ("all-reduce", 2 * (ranks - 1) * TOKENS * FFN * 4 // ranks)}[b_split]
+        assert (rows[0]["where"], rows[0]["collective"], rows[0]["bytes/rank"]) == ("before GeLU", *want)
+        assert sum(r["bytes/rank"] for r in rows) > megatron
+        text = mlp_split_frame("row", b_split, ranks, figure=False)[1]
+        assert f"WRONG without summing X·A before GeLU: max error {error:.3g}" in text
+
+
+def test_one_rank_is_always_exact():
+    for a_split in ("column", "row"):
+        assert "exact" in mlp_split_frame(a_split, "column", 1, figure=False)[1]
+
+
+@pytest.mark.parametrize("bad", [dict(a_split="diag"), dict(b_split="rows"), dict(ranks=3)])
+def test_explorer_rejects_bad_knobs(bad):
+    with pytest.raises(ValueError, match=next(iter(bad))):
+        mlp_split_frame(**bad)
+
+
+def test_explorer_widget_redraws_on_a_knob():
+    box = mlp_explorer()
+    text, image = box.children[2:]
+    assert image.value[:4] == b"\x89PNG" and "exact" in text.value
+    box.children[0].children[0].value = "row"  # A by rows
+    assert "WRONG" in text.value
+
+
+def test_steps_text_and_figure_are_block_steps():
+    steps = block_steps("mlp", 4, TOKENS, HIDDEN, 16)
+    lines = steps_text(steps).splitlines()
+    assert len(lines) == 1 + len(steps)
+    assert [line.split()[2] for line in lines[1:]] == [s.name for s in steps]
+    fig = draw_tp_steps(steps, current=3)
+    boxes = [p for p in fig.axes[0].patches if (p.get_gid() or "").startswith("step-")]
+    kinds = [p.get_gid() for p in boxes]
+    assert kinds.count("step-comm") == count_collectives(steps, "forward") + count_collectives(steps, "backward") == 2
+    assert kinds.count("step-identity") == 2  # f forward and g backward do nothing
+    assert [p.get_linewidth() for p in boxes].count(2.5) == 1  # only the current step is outlined
+    assert "all-reduce, 384 B sent per rank" in step_frame(3, steps)
+    assert "no communication" in step_frame(0, steps)
+    with pytest.raises(ValueError, match="k="):
+        step_frame(len(steps), steps)
+
+
+def test_real_run_counts_sit_beside_the_plan():
+    real = run_tp(2, "mlp", compare_torch=False)
+    steps = plan_steps(real)
+    assert steps == block_steps("mlp", 2, 8, 8, 16, itemsize=4)  # run_tp's shapes: (2·4) tokens, h 8, ffn 16
+    line = real_counts_line(real)
+    assert "forward all-reduce ×1 (plan 1), backward ×1 (plan 1)" in line
+    assert f"bytes sent per rank {real['bytes_sent_per_rank']} (plan {real['plan_bytes_sent_per_rank']})" in line
+    assert steps_text(steps, real).endswith(line)
+    assert "real run: forward all-reduce ×1" in step_frame(3, steps, real)
+    texts = [t.get_text() for t in draw_tp_steps(steps, real=real).axes[0].texts]
+    assert line in texts
+    box = steps_player(steps, real)
+    slider, text = box.children[0].children[1], box.children[1]
+    slider.value = 7
+    assert "backward" in text.value and box.children[2].value[:4] == b"\x89PNG"
+    assert isinstance(box, w.VBox)
