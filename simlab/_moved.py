@@ -2,7 +2,8 @@
 release, with a DeprecationWarning: a learner's own notebook that imports `simlab.exec.compare` still
 runs. Installed by `simlab/__init__.py`; delete this file, and the call there, in 0.3.
 
-    >>> import warnings, importlib
+    >>> import importlib, sys, warnings
+    >>> _ = sys.modules.pop("simlab.exec.ddp", None)  # as if never imported in this process
     >>> with warnings.catch_warnings(record=True) as caught:
     ...     warnings.simplefilter("always")
     ...     old = importlib.import_module("simlab.exec.ddp")

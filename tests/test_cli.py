@@ -147,7 +147,8 @@ def test_memory_reproduces_the_zero_paper(stage, total, capsys):
     (["memory", "--zero", "4"], "--zero=4: must be between 0 and 3"),
     (["memory", "--gpus", "0"], "--gpus=0: must be >= 1"),
     (["memory", "--params", "-1"], "--params=-1"),
-    (["memory", "--zero", "1", "--offload"], "--offload"),
+    (["memory", "--zero", "1", "--offload"], "--offload=True: needs stage 2 or 3 (ZeRO-Offload builds on stage 2), "
+                                             "got --zero=1"),
     (["memory", "--precision", "int8"], "invalid choice: 'int8'"),
     (["run", "zero3", "--world-size", "3"], "--global-batch=16: must be divisible by --world-size=3"),
 ])
@@ -162,3 +163,15 @@ def test_run_zero_measured_bytes_equal_predicted(what, capsys):
     assert out["max_abs_diff_vs_reference"] <= 1e-5
     assert out["measured_bytes_per_rank"] == out["predicted_bytes_per_rank"]
     assert set(out["measured_bytes_per_rank"][0]) >= {"params", "grads", "optimizer"}
+
+
+def test_a_failing_run_is_one_line_and_the_traceback_is_behind_verbose(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["run", "ring-all-reduce", "--world-size", "2", "--timeout", "0.001"])
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 1 and err.count("\n") == 1
+    assert err.startswith("simlab run ring-all-reduce: failed: --timeout=0.001s: ranks [0, 1] still running")
+    with pytest.raises(SystemExit):
+        main(["--verbose", "run", "ring-all-reduce", "--world-size", "2", "--timeout", "0.001"])
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "LaunchTimeout" in err

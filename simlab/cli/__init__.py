@@ -39,6 +39,10 @@ def build_parser() -> OneLineParser:
     return parser
 
 
+def _flags(message: str, args) -> str:
+    return as_flags(message, args.parser, getattr(args, "renames", None))
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -47,14 +51,14 @@ def main(argv=None) -> int:
         out = args.func(args)
         text = json.dumps(out, allow_nan=False) if args.json else summary(out) if getattr(args, "summary", True) else None
     except ValueError as err:  # bad input: refused before any work, in the words of the flags
-        parser.exit(2, f"{where}: error: {as_flags(str(err), args.parser)}\n")
+        parser.exit(2, f"{where}: error: {_flags(str(err), args)}\n")
     except KeyboardInterrupt:
         parser.exit(130, f"{where}: interrupted; every worker was stopped\n")
     except Exception as err:  # a run that failed: one line; the traceback only when asked for
         if args.verbose:
             traceback.print_exc()
-        first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-        parser.exit(1, f"{where}: failed: {first} (--verbose for the traceback)\n")
+        first = _flags((str(err).strip().splitlines() or [type(err).__name__])[0], args)
+        parser.exit(1, f"{where}: failed: {first}" + ("\n" if args.verbose else " (--verbose for the traceback)\n"))
     if text is not None and is_printing_rank():
         print(text)
     return 0

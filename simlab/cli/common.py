@@ -69,7 +69,8 @@ def summary(out: dict) -> str:
     return "\n".join(f"{key:>24}: {value}" for key, value in out.items())
 
 
-def as_flags(message: str, parser) -> str:
-    """The engines name their parameters ("world_size=3: …"); the CLI user typed flags ("--world-size=3")."""
-    flags = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings}
+def as_flags(message: str, parser, renames: dict | None = None) -> str:
+    """The engines name their parameters ("world_size=3: …"); the CLI user typed flags ("--world-size=3").
+    `renames`: engine parameters that a flag of another name sets (`stage` is `simlab memory --zero`)."""
+    flags = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings} | (renames or {})
     return re.sub(r"(?<![\w-])([a-z_]+)=", lambda m: f"{flags.get(m[1], m[1])}=", message)

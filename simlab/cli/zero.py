@@ -56,7 +56,7 @@ def add_commands(sub, run) -> None:
     mem.add_argument("--offload", action="store_true", help="ZeRO-Offload: optimizer and step on the CPU")
     mem.add_argument("--precision", choices=["mixed", "fp32"], default="mixed", help="mixed: fp16 + fp32 Adam (K=12)")
     add_json(mem)
-    mem.set_defaults(func=cmd_memory, summary=False)
+    mem.set_defaults(func=cmd_memory, summary=False, renames={"stage": "--zero"})
     for name, (stage, offload) in ZERO_RUNS.items():
         what = f"ZeRO-{stage}" + (" + Offload" if offload else "")
         p = run.add_parser(name, help=f"our {what} on real processes vs one process and torch's")

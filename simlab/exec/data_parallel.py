@@ -131,7 +131,7 @@ class BucketedDDP(nn.Module):
         self.names, self.params = [n for n, _ in named], [p for _, p in named]
         with torch.no_grad():  # every replica starts from rank 0's weights
             for p in self.params:
-                dist.broadcast(p, src=dist.get_global_rank(group, 0) if group else 0, group=group)
+                dist.broadcast(p, group=group, group_src=0)  # rank 0 of the group, whatever its global rank
         cap = max(1, int(bucket_cap_mb * 2**20))
         self.buckets = assign_buckets([p.numel() * p.element_size() for p in self.params], cap)
         self.readiness = BucketReadiness(self.buckets)

@@ -121,11 +121,12 @@ def train_steps(model, opt, x, y, steps: int, accumulate: int = 1) -> list[float
 # ---------------------------------------------------------------- transformer blocks (tensor parallel)
 
 def attend(q, k, v, head_dim: int):
-    """Causal softmax attention on however many heads q, k, v (b, s, heads·d) hold; returns (b, s, heads·d)."""
+    """Causal softmax attention on however many heads q, k, v (b, s, k·h/a) hold (k heads of h/a each: all a,
+    or a/N on a tensor-parallel rank); returns (b, s, k·h/a)."""
     b, s, _ = q.shape
-    q, k, v = (t.reshape(b, s, -1, head_dim).transpose(1, 2) for t in (q, k, v))  # (b, heads, s, d)
-    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, heads, s, d)
-    return o.transpose(1, 2).reshape(b, s, -1)  # (b, s, heads·d)
+    q, k, v = (t.reshape(b, s, -1, head_dim).transpose(1, 2) for t in (q, k, v))  # (b, k, s, h/a)
+    o = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (b, k, s, h/a)
+    return o.transpose(1, 2).reshape(b, s, -1)  # (b, s, k·h/a)
 
 
 class MLP(nn.Module):
@@ -141,7 +142,7 @@ class MLP(nn.Module):
 
 class SelfAttention(nn.Module):
     """The unsplit self-attention: wo(attention(wq x, wk x, wv x)). The head count follows from the shapes,
-    so torch's parallelize_module can run this very forward on its local (H/N-head) tensors."""
+    so torch's parallelize_module can run this very forward on its local (a/N-head) tensors."""
 
     def __init__(self, hidden: int, heads: int):
         super().__init__()

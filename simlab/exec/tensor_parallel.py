@@ -8,7 +8,7 @@ collective at the place where the maths needs the whole tensor again —
   gather  (column, gather_output): forward all-gather of the output columns,  backward keep own slice
   scatter (row, input not parallel): forward keep own slice of X,             backward all-gather
 `ParallelMLP` = f → column fc1 → GeLU → row fc2 → g: one all-reduce each way. `ParallelSelfAttention`
-= f → fused QKV, column-parallel by whole heads → attention on H/N heads → row W_o → g: the same two.
+= f → fused QKV, column-parallel by whole heads → attention on a/N heads → row W_o → g: the same two.
 Every layer is cut out of the full (unsplit) module with `from_full`, so a run compares with it exactly.
 `CommStats` is the tensor-parallel group a layer talks on (default WORLD; in 3-D parallelism, this rank's
 TP group of a `simlab.sim.mesh.Mesh`) and counts every collective it runs there (calls per phase, bytes
@@ -207,7 +207,7 @@ class ParallelMLP(nn.Module):
 
 
 class ParallelSelfAttention(nn.Module):
-    """Split by heads: one fused QKV column-parallel linear (H/N whole heads per rank, one f), W_o row-parallel."""
+    """Split by heads: one fused QKV column-parallel linear (a/N whole heads per rank, one f), W_o row-parallel."""
 
     def __init__(self, qkv: ColumnParallelLinear, wo: RowParallelLinear, head_dim: int):
         super().__init__()

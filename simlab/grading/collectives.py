@@ -60,6 +60,7 @@ def _gather_worker(rank: int, world_size: int, plan) -> dict:
 
     from ..exec.collectives import run_plan
     from ..parity.collectives import torch_all_gather_uneven
+    from ..parity.common import max_abs_diff
     from ..plan import chunk_offsets
     from ..sim.collectives import make_inputs
     from ..trace import Recorder
@@ -72,7 +73,7 @@ def _gather_worker(rank: int, world_size: int, plan) -> dict:
     recorder = Recorder()
     run_plan(plan, out, recorder)
     want = torch_all_gather_uneven(mine, sizes)
-    return {"diff": (out - want).abs().max().item(), "events": recorder.events}
+    return {"diff": max_abs_diff(out, want), "events": recorder.events}
 
 
 def check_plan_runs_for_real(plan_fn, world_size: int = 4, numel: int = 10) -> None:

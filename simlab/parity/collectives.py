@@ -22,7 +22,7 @@ from ..sim.stepper import SimStep, expected_final, simulate, steps_match
 from ..trace import Recorder, merge
 from ..exec.collectives import naive_all_reduce, ring_all_gather, ring_all_reduce, ring_reduce_scatter, tree_broadcast
 from ..exec.launch import device, launch
-from .common import check_run, result
+from .common import check_run, max_abs_diff, result
 
 
 # ---- in the parent: rebuild the simulator's view from what the ranks recorded -----------------
@@ -85,8 +85,7 @@ def _worker(rank: int, world_size: int, name: str, numel: int, seed: int, snapsh
     x = torch.tensor(make_inputs(world_size, numel, seed)[rank], dtype=torch.float32, device=device())
     recorder = Recorder(rank, snapshots=snapshots)
     ours, theirs = _ours_and_torchs(name, x, recorder)
-    diff = (ours - theirs).abs().max().item() if ours.numel() else 0.0
-    return {"recorder": recorder, "max_abs_diff": diff, "backend": dist.get_backend(), "ours": ours.cpu().numpy()}
+    return {"recorder": recorder, "max_abs_diff": max_abs_diff(ours, theirs), "backend": dist.get_backend(), "ours": ours.cpu().numpy()}
 
 
 def torch_all_gather_uneven(mine: torch.Tensor, sizes, group=None) -> torch.Tensor:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from .._checks import check_int, check_positive, check_ranks
+from .._checks import check_batch, check_int, check_positive, check_ranks
 from ..plan import Transfer
 from ..trace import Recorder, Trace
 from .buckets import BucketReadiness, assign_buckets
@@ -74,10 +74,7 @@ class Workload:
                 else:
                     _check_seconds(f"{name}[{i}]", v)
         check_ranks("world_size", self.world_size)
-        check_int("global_batch", self.global_batch, 1)
-        if self.global_batch % self.world_size:
-            raise ValueError(f"global_batch={self.global_batch}: must be divisible by "
-                             f"world_size={self.world_size}")
+        check_batch(self.global_batch, self.world_size)
         for name in ("input_bytes", "output_bytes", "bytes_per_param"):
             check_int(name, getattr(self, name), 1 if name == "bytes_per_param" else 0)
         for name in ("loss_seconds", "update_seconds", "alpha"):

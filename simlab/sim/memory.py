@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._checks import check_choice, check_int
+from .._checks import check_bool, check_choice, check_int
 
 STAGES = (0, 1, 2, 3)
 CPU_GRAD_BYTES = 4  # offloaded gradients are kept in fp32 on the host, whatever the GPU precision
@@ -72,9 +72,8 @@ def _check(stage, world_size, precision) -> Precision:
 
 
 def check_offload(offload, stage: int) -> bool:
-    if offload not in (True, False):
-        raise ValueError(f"offload={offload!r}: must be True or False")
-    if offload and stage < 2:
+    """ZeRO-Offload's rule, for the model, the walkthrough, the executor and the CLI alike."""
+    if check_bool("offload", offload) and stage < 2:
         raise ValueError(f"offload=True: needs stage 2 or 3 (ZeRO-Offload builds on stage 2), "
                          f"got stage={stage}")
     return offload

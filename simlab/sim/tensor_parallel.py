@@ -198,15 +198,15 @@ def broken_mlp(ranks: int, x, a, b) -> Split:
 def _attention(x, wq, wk, wv, wo, heads: int):
     """Softmax attention over `heads` heads: x (b, s, h), weights X·W style; returns (b, s, h_out)."""
     b, s, _ = x.shape
-    q, k, v = ((x @ w).reshape(b, s, heads, -1).transpose(0, 2, 1, 3) for w in (wq, wk, wv))  # (b, H, s, d)
-    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])  # (b, H, s, s)
+    q, k, v = ((x @ w).reshape(b, s, heads, -1).transpose(0, 2, 1, 3) for w in (wq, wk, wv))  # (b, a, s, h/a)
+    scores = q @ k.transpose(0, 1, 3, 2) / np.sqrt(q.shape[-1])  # (b, a, s, s)
     p = np.exp(scores - scores.max(-1, keepdims=True))
-    o = (p / p.sum(-1, keepdims=True)) @ v  # (b, H, s, d)
+    o = (p / p.sum(-1, keepdims=True)) @ v  # (b, a, s, h/a)
     return o.transpose(0, 2, 1, 3).reshape(b, s, -1) @ wo  # (b, s, h) — partial when wo is a row block
 
 
 def attention_split(ranks: int, x, wq, wk, wv, wo, heads: int) -> Split:
-    """Self-attention split by heads: rank r owns heads [r·H/N, (r+1)·H/N): their Q/K/V columns and W_o rows."""
+    """Self-attention split by heads: rank r owns heads [r·a/N, (r+1)·a/N): their Q/K/V columns and W_o rows."""
     check_ranks("ranks", ranks)
     x, wq, wk, wv, wo = (np.asarray(m, dtype=np.float64) for m in (x, wq, wk, wv, wo))
     if x.ndim != 3 or min(x.shape) < 1:
@@ -217,8 +217,8 @@ def attention_split(ranks: int, x, wq, wk, wv, wo, heads: int) -> Split:
         raise ValueError(f"{bad[0][0]}.shape={bad[0][1]}: must be ({h}, {h}), x's hidden size squared")
     check_divisible("heads", check_int("heads", heads, 1), "ranks", ranks)
     check_divisible("hidden", h, "heads", heads)
-    cols = shard_plan("column", ranks, wq.shape).cols  # whole heads: h/N = (H/N)·d columns
-    hr, local = h // ranks, heads // ranks  # per rank: h/N columns = H/N whole heads of d = h/H
+    cols = shard_plan("column", ranks, wq.shape).cols  # whole heads: h/N = (a/N)·(h/a) columns
+    hr, local = h // ranks, heads // ranks  # per rank: h/N columns = a/N whole heads of h/a
     partials = [_attention(x, wq[:, c:c + hr], wk[:, c:c + hr], wv[:, c:c + hr], wo[c:c + hr, :], local)
                 for c, _ in cols]
     shapes = {"heads": local, "wq": (h, hr), "wk": (h, hr), "wv": (h, hr), "wo": (hr, h),

@@ -153,7 +153,7 @@ def test_parity_catches_a_broken_ddp(tamper, monkeypatch):
     if tamper == "no-all-reduce":  # workers fork from here, so they inherit the patch
         monkeypatch.setattr(D, "ring_all_reduce", lambda tensor, recorder=None, group=None: None)
     if tamper == "no-broadcast":
-        monkeypatch.setattr(D.dist, "broadcast", lambda tensor, src, group=None: None)
+        monkeypatch.setattr(D.dist, "broadcast", lambda tensor, src=None, group=None, group_src=None: None)
     _, ref = reference_train(lambda: make_mlp(TINY_MLP, seed=0), make_batch(8, TINY_MLP[0], TINY_MLP[-1]),
                              steps=3)
     diff = max((params - ref).abs().max().item() for params in launch(_train, 2, tamper))

@@ -123,3 +123,31 @@ def _ring(rank, world_size):
 
 def test_rings_on_two_groups_sum_only_their_members():
     assert launch(_ring, 4) == [(0, [1.0, 10.0]), (0, [1.0, 10.0]), (1, [5.0, 50.0]), (1, [5.0, 50.0])]
+
+
+# ---------------------------------------------------------------- DDP: two data-parallel groups in 4 ranks
+
+def _ddp(rank, world_size, mesh, job):
+    from simlab.exec.data_parallel import BucketedDDP
+    group, found = _group("dp", mesh)
+    job = job if found is None else found
+    n, r = dist.get_world_size(group), dist.get_rank(group)
+    x, y = shard(make_batch(8, 5, 3, seed=40 + job), r, n)
+    ddp = BucketedDDP(make_mlp((5, 7, 3), seed=r), bucket_cap_mb=0.0001, allreduce="ring", count_bytes=True,
+                      group=group)  # replicas differ at first: the broadcast from the group's rank 0 equalises
+    try:
+        losses = train_steps(ddp, torch.optim.SGD(ddp.parameters(), lr=0.1), x, y, 3)
+        return {"job": job, "dp_rank": r, "losses": losses, "params": [q.detach().clone() for q in ddp.parameters()],
+                "sent": ddp.bytes_sent}
+    finally:
+        ddp.close()
+
+
+def test_two_ddp_groups_in_four_ranks_equal_two_separate_runs():
+    together = launch(_ddp, 4, Mesh(dp=2, tp=2), None)
+    alone = {job: launch(_ddp, 2, None, job) for job in (0, 1)}
+    for res in together:
+        ref = alone[res["job"]][res["dp_rank"]]
+        assert res["losses"] == pytest.approx(ref["losses"], abs=TOL)
+        assert all((a - b).abs().max() <= TOL for a, b in zip(res["params"], ref["params"]))
+        assert res["sent"] == ref["sent"]
