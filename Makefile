@@ -35,6 +35,7 @@ bench: setup
 	$(BIN)/python benchmarks/zero.py
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/tensor_parallel.py
+	$(BIN)/python benchmarks/advisor.py
 
 # every lesson's parity on NCCL and ZeRO's CUDA memory vs the model (needs NVIDIA GPUs; prints a table)
 gpu-check: setup

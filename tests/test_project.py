@@ -72,3 +72,13 @@ def test_old_module_paths_still_import_for_one_release():
             module = importlib.import_module(old)
         assert module is importlib.import_module(new)
         assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught), old
+
+
+def test_readme_tables_are_the_models_numbers_today():
+    """The README's published-vs-ours tables are what `tools/published_tables.py` prints now."""
+    import sys
+    sys.path.insert(0, str(ROOT / "tools"))
+    import published_tables
+    readme = (ROOT / "README.md").read_text()
+    block = readme.split(published_tables.START, 1)[1].split(published_tables.END, 1)[0]
+    assert block == "\n" + published_tables.tables()

@@ -6,22 +6,24 @@
     simlab memory --params 7.5e9 --gpus 64 --zero 3 --json              # lesson 3: ZeRO memory per GPU
     simlab schedule 1f1b --stages 4 --microbatches 8 --json             # lesson 4: a schedule, simulated
     simlab split column --ranks 4 --shape 8x12                          # lesson 5: who holds which block
+    simlab plan --model gpt3-175b --gpus 1024 --global-batch 1536       # lesson 6: the best 3-D plan
 
 One module per lesson (`simlab.cli.collectives`, `.data_parallel`, `.zero`, `.pipeline`,
-`.tensor_parallel`), each with `add_commands(sub, run)` and `cmd_*(args) -> dict`. Every subcommand
+`.tensor_parallel`, `.hybrid`), each with `add_commands(sub, run)` and `cmd_*(args) -> dict`. Every subcommand
 takes --json (strict JSON); bad arguments get one line naming the flag, before any process starts; a
 failing run is one line too (--verbose shows the traceback).
 """
 from __future__ import annotations
 
 import json
+import os
 import sys
 import traceback
 
-from . import collectives, data_parallel, pipeline, tensor_parallel, zero
+from . import collectives, data_parallel, hybrid, pipeline, tensor_parallel, zero
 from .common import OneLineParser, as_flags, is_printing_rank, summary
 
-LESSONS = (collectives, data_parallel, zero, pipeline, tensor_parallel)
+LESSONS = (collectives, data_parallel, zero, pipeline, tensor_parallel, hybrid)
 
 
 def build_parser() -> OneLineParser:
@@ -52,6 +54,9 @@ def main(argv=None) -> int:
         text = json.dumps(out, allow_nan=False) if args.json else summary(out) if getattr(args, "summary", True) else None
     except ValueError as err:  # bad input: refused before any work, in the words of the flags
         parser.exit(2, f"{where}: error: {_flags(str(err), args)}\n")
+    except BrokenPipeError:
+        sys.stdout = open(os.devnull, "w")
+        return 0
     except KeyboardInterrupt:
         parser.exit(130, f"{where}: interrupted; every worker was stopped\n")
     except Exception as err:  # a run that failed: one line; the traceback only when asked for
@@ -60,7 +65,10 @@ def main(argv=None) -> int:
         first = _flags((str(err).strip().splitlines() or [type(err).__name__])[0], args)
         parser.exit(1, f"{where}: failed: {first}" + ("\n" if args.verbose else " (--verbose for the traceback)\n"))
     if text is not None and is_printing_rank():
-        print(text)
+        try:
+            print(text, flush=True)
+        except BrokenPipeError:  # `simlab … | head`: the reader has all it wanted
+            sys.stdout = open(os.devnull, "w")
     return 0
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 from .. import _checks
+from . import hybrid
 from .common import (add_json, add_run_flags, add_training_flags, check_run_flags, check_training_flags, run_output,
                      summary)
 
@@ -19,6 +20,17 @@ def cmd_memory(args) -> dict:
     """`simlab memory`: the ZeRO paper's per-GPU memory model for one configuration."""
     from ..sim.memory import check_offload, comm_volume_in_psi, comm_volume_per_step, per_gpu_bytes
 
+    if args.model is not None or args.layers is not None:  # a transformer and a 3-D plan: lesson 6's model
+        if args.params is not None or args.gpus is not None:
+            given = "params" if args.params is not None else "gpus"
+            raise ValueError(f"{given}={getattr(args, given)}: with --model or --layers the parameters and GPUs "
+                             f"follow from the model and --tp --pp --dp")
+        out = hybrid.cmd_transformer_memory(args)
+        if not args.json:
+            print(summary({**out, "total_GB": out["bytes_per_gpu"]["total"] / 1e9}))
+        return out
+    args.params = 7.5e9 if args.params is None else args.params
+    args.gpus = 64 if args.gpus is None else args.gpus
     if not (math.isfinite(args.params) and args.params >= 1 and args.params == int(args.params)):
         raise ValueError(f"params={args.params:g}: must be a whole number of parameters >= 1")
     _checks.check_int("gpus", args.gpus, 1)
@@ -50,11 +62,13 @@ def cmd_zero(args) -> dict:
 
 def add_commands(sub, run) -> None:
     mem = sub.add_parser("memory", help="per-GPU memory of DP and ZeRO 1/2/3 (+ Offload), the paper's model")
-    mem.add_argument("--params", type=float, default=7.5e9, help="model parameters Ψ (default 7.5e9)")
-    mem.add_argument("--gpus", type=int, default=64, help="data-parallel GPUs N_d (default 64)")
+    mem.add_argument("--params", type=float, default=None, help="model parameters Ψ (default 7.5e9)")
+    mem.add_argument("--gpus", type=int, default=None, help="data-parallel GPUs N_d (default 64)")
     mem.add_argument("--zero", type=int, default=0, help="ZeRO stage 0..3 (0 = plain DP)")
     mem.add_argument("--offload", action="store_true", help="ZeRO-Offload: optimizer and step on the CPU")
-    mem.add_argument("--precision", choices=["mixed", "fp32"], default="mixed", help="mixed: fp16 + fp32 Adam (K=12)")
+    mem.add_argument("--precision", choices=["mixed", "fp32", "mixed-fp32-grads"], default="mixed",
+                     help="bytes per param: mixed 2+2+12 (K=12), fp32 4+4+8, mixed-fp32-grads 2+4+12 (Megatron)")
+    hybrid.add_model_flags(mem, plan_defaults=True)  # a transformer and a 3-D plan instead of --params
     add_json(mem)
     mem.set_defaults(func=cmd_memory, summary=False, renames={"stage": "--zero"})
     for name, (stage, offload) in ZERO_RUNS.items():

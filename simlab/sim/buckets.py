@@ -6,7 +6,7 @@ in backward, and its all-reduce overlaps with the rest of backward. A bucket is 
 its last gradient is ready — but, as in torch's DDP, strictly in bucket order, so every rank issues
 the same all-reduces in the same order (the ranks' collectives would mismatch otherwise).
 
-The simulator and the real executor (`simlab.exec.ddp`) use these very functions.
+The simulator and the real executor (`simlab.exec.data_parallel`) use these very functions.
 
     >>> assign_buckets([400, 400, 400, 400, 2000], cap_bytes=1000)  # param 4 is the last layer
     [[4], [3, 2], [1, 0]]

@@ -1,6 +1,6 @@
 """Fit the simulator to a real run, so the lesson can lay the prediction over the measurement.
 
-A real DDP step (`simlab.exec.ddp_parity.run_ddp`) records when forward ended, when each parameter's
+A real DDP step (`simlab.parity.data_parallel.run_ddp`) records when forward ended, when each parameter's
 gradient landed, and when each bucket's all-reduce started and ended. `fit_ddp_workload` turns one
 step of that trace into a `Workload`: every parameter tensor becomes one "layer" (so the simulator
 builds exactly the real buckets), compute times are the measured ones, and α and bandwidth are fitted

@@ -39,6 +39,7 @@ class Precision(NamedTuple):
 PRECISIONS = {
     "fp32": Precision(4, 4, 8),  # Adam m and v; the fp32 parameters are the master copy
     "mixed": Precision(2, 2, 12),  # fp16/bf16 param and grad; fp32 master + m + v
+    "mixed-fp32-grads": Precision(2, 4, 12),  # Megatron's default: gradients accumulated in fp32
 }
 
 

@@ -10,7 +10,7 @@ PSI, ND, GB = 7_500_000_000, 64, 10**9
 
 
 def test_precisions_contract():
-    assert PRECISIONS == {"fp32": (4, 4, 8), "mixed": (2, 2, 12)}
+    assert PRECISIONS == {"fp32": (4, 4, 8), "mixed": (2, 2, 12), "mixed-fp32-grads": (2, 4, 12)}
     assert PRECISIONS["mixed"].optimizer == 12  # K in the paper
 
 

@@ -1,0 +1,133 @@
+"""Lesson 6 on the command line: `simlab plan` (evaluate one 3-D plan, or search them all with the advisor)
+and the transformer form of `simlab memory` (the most loaded GPU's bytes for any plan).
+
+    simlab plan --model gpt3-175b --gpus 1024 --gpus-per-node 8 --gpu a100-80gb --global-batch 1536
+    simlab plan --model megatron-1t --gpus 512 --global-batch 512 --tp 8 --pp 64 --dp 1 --recompute full
+    simlab memory --model gpt3-175b --tp 8 --pp 8 --microbatch 1 --recompute selective --sequence-parallel
+"""
+from __future__ import annotations
+
+import math
+
+from .. import _checks
+from ..sim.hybrid import PRECISIONS, RECOMPUTE, SCHEDULES, Plan, check_plan
+from .common import add_json
+
+SHAPE = ("layers", "hidden", "heads", "seq", "vocab")
+KNOBS = ("microbatch", "tp", "pp", "dp", "chunks", "schedule", "zero", "offload", "sequence_parallel", "recompute")
+
+
+def add_model_flags(p, plan_defaults: bool) -> None:
+    """The model (a preset or its shape) and the plan's knobs; `plan_defaults`: knobs default to a plain
+    plan (for `memory`), else to "free" (None: `plan` searches over what is not given)."""
+    p.add_argument("--model", default=None, help="a preset: gpt3-175b, llama2-7b, llama2-70b, bloom-176b, "
+                                                 "megatron-22b|530b|1t, megatron-1.7b-2021 … megatron-1008b-2021")
+    for name in SHAPE:
+        p.add_argument(f"--{name}", type=int, default=None, help=f"model shape: {name} (instead of --model)")
+    p.add_argument("--ffn", type=int, default=None, help="MLP inner width (default 4 × hidden)")
+    free = lambda value: value if plan_defaults else None  # noqa: E731
+    p.add_argument("--microbatch", type=int, default=free(1), help="sequences per micro-batch b")
+    for name in ("tp", "pp", "dp"):
+        p.add_argument(f"--{name}", type=int, default=free(1), help=f"{name} size")
+    p.add_argument("--chunks", type=int, default=free(1), help="interleaved: model chunks per rank v")
+    p.add_argument("--schedule", choices=SCHEDULES, default=free("1f1b"), help="pipeline schedule")
+    p.add_argument("--recompute", choices=RECOMPUTE, default=free("none"), help="activation recomputation")
+    p.add_argument("--sequence-parallel", action="store_true", default=free(False), help="TP + sequence parallel")
+    p.add_argument("--global-batch", type=int, default=None, help="sequences per step (memory: default dp·b·pp)")
+
+
+def model_from(args):
+    """The preset named by --model, or the shape given by --layers … --vocab (all five)."""
+    from ..sim.model import Transformer, preset
+    given = {name: getattr(args, name) for name in SHAPE if getattr(args, name) is not None}
+    if args.model is not None:
+        if given:
+            raise ValueError(f"{next(iter(given))}={next(iter(given.values()))}: give --model or the shape, not both")
+        model = preset(args.model)
+        return model.with_(ffn=args.ffn) if args.ffn else model
+    missing = [f"--{name}" for name in SHAPE if name not in given]
+    if missing:
+        raise ValueError(f"model=None: give --model PRESET, or the whole shape (missing {', '.join(missing)})")
+    return Transformer("custom", **given, ffn=args.ffn or 0)
+
+
+def plan_from(args, **defaults) -> Plan:
+    values = {name: getattr(args, name) for name in KNOBS}
+    return Plan(**{k: (defaults[k] if v is None and k in defaults else v) for k, v in values.items()},
+                precision=args.precision)
+
+
+def cmd_transformer_memory(args) -> dict:
+    """`simlab memory --layers … | --model …`: bytes on the most loaded GPU for one plan."""
+    from ..sim.hybrid_memory import per_gpu
+    model = model_from(args)
+    plan = plan_from(args, zero=args.zero)
+    batch = args.global_batch if args.global_batch is not None else plan.dp * plan.microbatch * plan.pp
+    check_plan(model, plan, plan.gpus, batch)
+    mem = per_gpu(model, plan, batch)
+    keys = ("params", "grads", "optimizer", "activations", "total")
+    return {"model": model.name, "params": model.params, "config": plan.to_dict(), "precision": plan.precision,
+            "global_batch": batch, "bytes_per_gpu": {k: mem[k] for k in keys}, "cpu_bytes_per_gpu": mem["cpu"]}
+
+
+def cmd_plan(args) -> dict:
+    """`simlab plan`: one plan when --tp, --pp and --dp are all given, else the advisor's search."""
+    from ..sim.advisor import evaluate_plan, search
+    from ..sim.hardware import cluster
+    model = model_from(args)
+    _checks.check_int("gpus", args.gpus, 1)
+    _checks.check_int("gpus_per_node", args.gpus_per_node, 1)
+    if not (math.isfinite(args.inter_node_gbps) and args.inter_node_gbps > 0):
+        raise ValueError(f"inter_node_gbps={args.inter_node_gbps}: must be a positive number of Gbit/s")
+    c = cluster(args.gpu, args.gpus, args.gpus_per_node, args.inter_node_gbps)
+    if args.global_batch is None:
+        raise ValueError("global_batch=None: required, the sequences in one training step")
+    _checks.check_int("global_batch", args.global_batch, 1)
+    fixed = {name: getattr(args, name) for name in KNOBS if getattr(args, name) not in (None, False)}
+    if all(name in fixed for name in ("tp", "pp", "dp")):
+        plan = plan_from(args, microbatch=1, chunks=1, schedule="1f1b", zero=0, offload=False,
+                         sequence_parallel=False, recompute="none")
+        out = evaluate_plan(model, c, args.global_batch, plan)
+        if not args.json:
+            show_plan(out)
+        return out
+    if fixed.get("tp") and model.heads % fixed["tp"]:
+        raise ValueError(f"tp={fixed['tp']}: must divide heads={model.heads}")
+    found = search(model, c, args.global_batch, precision=args.precision, **fixed)
+    out = {"best": found["best"], "candidates": found["candidates"], "rejected": found["rejected"],
+           "explanation": found["explanation"], "notes": found["notes"], "plans_evaluated": found["plans"]}
+    if not args.json:
+        show_plan(out)
+    return out
+
+
+def show_plan(out: dict) -> None:
+    """The text form: the plan(s), the explanation and what was rejected."""
+    rows = [out] if "config" in out else out["candidates"]
+    for r in rows:
+        c = r["config"]
+        print(f"tp {c['tp']:>2} pp {c['pp']:>3} dp {c['dp']:>4} b {c['microbatch']:>2} {c['schedule']}"
+              f"{'×' + str(c['chunks']) if c['chunks'] > 1 else ''} zero {c['zero']}{' +offload' if c['offload'] else ''}"
+              f"{' +SP' if c['sequence_parallel'] else ''} recompute {c['recompute']:<9} "
+              f"{r['bytes_per_gpu']['total'] / 1e9:6.1f} GB {'fits' if r['fits'] else 'DOES NOT FIT'}  "
+              f"{r['step_seconds']:.3g} s/step  {r['tokens_per_second']:.3g} tokens/s  MFU {r['mfu']:.0%}")
+    for line in out.get("explanation", []) + out.get("notes", []):
+        print(line)
+    for reason, n in out.get("rejected", {}).items():
+        print(f"rejected {n}: {reason}")
+
+
+def add_commands(sub, run) -> None:
+    from ..sim.hardware import GPUS
+    pl = sub.add_parser("plan", help="a 3-D parallel plan: memory, time and MFU — or the best of all of them")
+    add_model_flags(pl, plan_defaults=False)
+    pl.add_argument("--offload", action="store_true", default=None, help="ZeRO-Offload (needs --zero 2|3)")
+    pl.add_argument("--zero", type=int, default=None, help="ZeRO stage over the DP group (default: search)")
+    pl.add_argument("--precision", choices=PRECISIONS, default="mixed", help="bytes per parameter: 16 / 2+2+12 / 2+4+12")
+    pl.add_argument("--gpus", type=int, default=8, help="GPUs in all (default 8)")
+    pl.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
+    pl.add_argument("--gpu", choices=tuple(GPUS), default="a100-80gb", help="GPU preset (default a100-80gb)")
+    pl.add_argument("--inter-node-gbps", type=float, default=1600.0,
+                    help="network Gbit/s per node: 1600 for 8×200 Gb/s InfiniBand, 25 for one 25 GbE link")
+    add_json(pl)
+    pl.set_defaults(func=cmd_plan, summary=False)

@@ -1,0 +1,142 @@
+"""A transformer, described once: its shape, and what follows from it — parameters per layer, embeddings,
+FLOPs per token. Lesson 6's memory and time models and the advisor all read it.
+
+Teaches: a GPT-style layer holds 12h² + 13h parameters (attention 4h² + 4h, MLP 8h² + 5h, two layer
+norms 4h); the whole model P = 12Lh²(1 + 13/(12h) + (V + s)/(12Lh)) (Narayanan et al. 2021, Eq. 2) with
+learned positions and tied embeddings. A training step costs ≈ 6 FLOPs per parameter per token, plus
+attention's s² term: 72·B·L·s·h²(1 + s/(6h) + V/(12Lh)) per iteration (Korthikanti et al. 2022, Eq. 7).
+Llama-style models differ in three ways the spec also knows: a gated MLP (three matrices), grouped-query
+attention (fewer K/V heads) and untied input/output embeddings.
+
+    >>> m = PRESETS["gpt3-175b"]
+    >>> round(m.params / 1e9, 1), m.layer_params == 12 * 12288**2 + 13 * 12288
+    (174.6, True)
+    >>> round(PRESETS["llama2-70b"].params / 1e9, 2)
+    68.98
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from .._checks import check_choice, check_divisible, check_int
+
+MEGATRON = "Narayanan et al. 2021 (arXiv 2104.04473) Table 1; Korthikanti et al. 2022 (arXiv 2205.05198) Table 3"
+
+
+@dataclass(frozen=True)
+class Transformer:
+    """A decoder-only transformer: L layers of attention (a heads, `kv_heads` of them for K and V) and an MLP
+    (hidden h → ffn → h; `gated`: SwiGLU's three matrices), sequence s, vocabulary V."""
+
+    name: str
+    layers: int  # L
+    hidden: int  # h
+    heads: int  # a
+    seq: int  # s
+    vocab: int  # V
+    ffn: int = 0  # 0: 4h
+    kv_heads: int = 0  # 0: a (no grouped-query attention)
+    gated: bool = False  # SwiGLU: gate, up and down projections
+    tied: bool = True  # the output layer reuses the input embedding
+    learned_positions: bool = True  # an (s, h) position table (Llama: rotary, no parameters)
+    biases: bool = True  # Llama: no biases, RMSNorm (one vector per norm)
+    embedding_norm: bool = False  # BLOOM: a layer norm right after the token embedding
+    source: str = ""
+
+    def __post_init__(self):
+        for name in ("layers", "hidden", "heads", "seq", "vocab"):
+            check_int(name, getattr(self, name), 1)
+        check_int("ffn", self.ffn, 0)
+        check_int("kv_heads", self.kv_heads, 0)
+        check_divisible("hidden", self.hidden, "heads", self.heads)
+        check_divisible("heads", self.heads, "kv_heads", self.kv_heads or self.heads)
+
+    @property
+    def ffn_width(self) -> int:
+        return self.ffn or 4 * self.hidden
+
+    @property
+    def kv_width(self) -> int:
+        """Features of K (and of V): kv_heads · h/a."""
+        return (self.kv_heads or self.heads) * (self.hidden // self.heads)
+
+    @property
+    def matmul_params(self) -> int:
+        """Weights of one layer's matrix multiplies: Q, K, V, O and the MLP's 2 (3 if gated) matrices."""
+        h = self.hidden
+        return 2 * h * h + 2 * h * self.kv_width + (3 if self.gated else 2) * h * self.ffn_width
+
+    @property
+    def layer_params(self) -> int:
+        """One layer: the matrices, their biases and the two norms (weight + bias, or RMSNorm's weight)."""
+        h = self.hidden
+        biases = 2 * h + 2 * self.kv_width + self.ffn_width + h if self.biases else 0
+        norms = 2 * (2 * h if self.biases else h)
+        return self.matmul_params + biases + norms
+
+    @property
+    def embedding_params(self) -> int:
+        """Token embedding (+ positions); the untied output layer is counted in `output_params`."""
+        return (self.vocab * self.hidden + (self.seq * self.hidden if self.learned_positions else 0)
+                + (2 * self.hidden if self.embedding_norm else 0))
+
+    @property
+    def output_params(self) -> int:
+        """The output projection's own weights (0 when tied) and the final norm."""
+        return (0 if self.tied else self.vocab * self.hidden) + (2 if self.biases else 1) * self.hidden
+
+    @property
+    def params(self) -> int:
+        return self.layers * self.layer_params + self.embedding_params + self.output_params
+
+    def layer_flops(self, tokens: int) -> int:
+        """Forward FLOPs of one layer on `tokens` = b·s tokens: 2 per weight per token, and attention's
+        QKᵀ and AV, 2·b·s²·h each (counted in full, causal mask or not, as the papers do)."""
+        return 2 * tokens * self.matmul_params + 4 * tokens * self.seq * self.hidden
+
+    def logits_flops(self, tokens: int) -> int:
+        """Forward FLOPs of the output projection to the vocabulary."""
+        return 2 * tokens * self.hidden * self.vocab
+
+    def model_flops(self, samples: int) -> int:
+        """FLOPs of one training step on `samples` sequences, no recomputation (forward + 2× backward):
+        what MFU counts. For GPT shapes this is Korthikanti's Eq. 7, 72·B·L·s·h²(1 + s/6h + V/12Lh)."""
+        tokens = samples * self.seq
+        return 3 * (self.layers * self.layer_flops(tokens) + self.logits_flops(tokens))
+
+    def with_(self, **changes) -> "Transformer":
+        return replace(self, **changes)
+
+
+def megatron(name: str, layers: int, hidden: int, heads: int, source: str = MEGATRON) -> Transformer:
+    """The GPT shape of Megatron's papers: s = 2048, V = 51,200 (GPT-2's 50,257 padded), tied, learned positions."""
+    return Transformer(name, layers, hidden, heads, seq=2048, vocab=51200, source=source)
+
+
+# Narayanan et al. 2021 Table 1: (billions of parameters, heads, hidden, layers)
+NARAYANAN_SHAPES = [("1.7b", 24, 2304, 24), ("3.6b", 32, 3072, 30), ("7.5b", 32, 4096, 36), ("18.4b", 48, 6144, 40),
+                    ("39.1b", 64, 8192, 48), ("76.1b", 80, 10240, 60), ("145.6b", 96, 12288, 80),
+                    ("310.1b", 128, 16384, 96), ("529.6b", 128, 20480, 105), ("1008b", 160, 25600, 128)]
+
+PRESETS = {
+    "gpt3-175b": megatron("gpt3-175b", 96, 12288, 96, "Brown et al. 2020 Table 2.1 (96 layers, 12288, 96 heads, "
+                          "ctx 2048); vocabulary 50,257 padded to 51,200 as Megatron does at TP 8"),
+    "megatron-22b": megatron("megatron-22b", 48, 6144, 64),
+    "megatron-530b": megatron("megatron-530b", 105, 20480, 128, MEGATRON + " (MT-NLG)"),
+    "megatron-1t": megatron("megatron-1t", 128, 25600, 160),
+    "llama2-7b": Transformer("llama2-7b", 32, 4096, 32, seq=4096, vocab=32000, ffn=11008, gated=True, tied=False,
+                             learned_positions=False, biases=False,
+                             source="meta-llama/llama MODEL_CARD.md and model.py; HF config (meta-llama/Llama-2-7b-hf)"),
+    "llama2-70b": Transformer("llama2-70b", 80, 8192, 64, seq=4096, vocab=32000, ffn=28672, kv_heads=8, gated=True,
+                              tied=False, learned_positions=False, biases=False,
+                              source="meta-llama/llama MODEL_CARD.md (GQA) and HF config (meta-llama/Llama-2-70b-hf)"),
+    "bloom-176b": Transformer("bloom-176b", 70, 14336, 112, seq=2048, vocab=250880, learned_positions=False,
+                              embedding_norm=True,
+                              source="bigscience-workshop/bigscience train/tr11-176B-ml (ALiBi: no position table; "
+                                     "embedding layer norm; vocabulary padded to 250,880; tied)"),
+} | {f"megatron-{size}-2021": megatron(f"megatron-{size}-2021", layers, hidden, heads, MEGATRON.split(";")[0])
+     for size, heads, hidden, layers in NARAYANAN_SHAPES}
+
+
+def preset(name: str) -> Transformer:
+    return PRESETS[check_choice("model", name, tuple(PRESETS))]

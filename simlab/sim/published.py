@@ -1,0 +1,95 @@
+"""The published numbers lesson 6's model is held to, and the model's prediction beside each.
+
+Sources (quoted in full, with where to find them, in ARCHITECTURE.md's "Measured facts"):
+- Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models" (arXiv 2205.05198):
+  Table 3 (the runs), Figure 1 (memory; its values as the paper's formulas give them, which is also what
+  Calculon's validation reads off), Table 4 (one 22B layer, ms), Table 5 (iteration seconds).
+- Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"
+  (arXiv 2104.04473): Table 1 (teraFLOP/s per GPU, 1.7B to 1T on up to 3072 A100s).
+- BigScience BLOOM-176B training logs (bigscience-workshop/bigscience, tr11-176B-ml): 104.70 s per step.
+All on A100 80GB (DGX A100 nodes: 8 GPUs, NVLink, 8 × 200 Gb/s InfiniBand), with `hardware.cluster`'s
+one set of constants.
+
+    >>> rows = korthikanti_table_5()
+    >>> rows[0]["what"], rows[0]["published"]
+    ('22B, full recompute', 1.42)
+"""
+from __future__ import annotations
+
+from .hardware import cluster
+from .hybrid import Plan, check_plan
+from .hybrid_memory import per_gpu
+from .hybrid_time import step
+from .model import NARAYANAN_SHAPES, PRESETS
+
+GIB = 2**30
+# Korthikanti Table 3 plans: model, plan, global batch, GPUs
+KORTHIKANTI_RUNS = {"22B": ("megatron-22b", Plan(tp=8, microbatch=4), 4, 8),
+                    "175B": ("gpt3-175b", Plan(tp=8, pp=8, schedule="interleaved", chunks=3), 64, 64),
+                    "530B": ("megatron-530b", Plan(tp=8, pp=35, schedule="interleaved", chunks=3), 280, 280),
+                    "1T": ("megatron-1t", Plan(tp=8, pp=64), 512, 512)}
+# Figure 1, GiB: parameters + optimizer state of the layers; activations, baseline and with SP + selective
+KORTHIKANTI_FIGURE_1 = {"22B": (45.5625, 59.25, 9.5625), "175B": (45.5625, 66.84375, 12.3515625),
+                        "530B": (31.640625, 114.0234375, 23.076171875), "1T": (32.958984375, 131.25, 26.5625)}
+KORTHIKANTI_TABLE_5 = {"22B": (1.42, 1.10), "175B": (18.13, 13.75), "530B": (49.05, 37.83), "1T": (94.42, 71.49)}
+# Narayanan Table 1: tp, pp, GPUs, batch, teraFLOP/s per GPU (sizes and shapes: model.NARAYANAN_SHAPES)
+NARAYANAN_TABLE_1 = [(1, 1, 32, 512, 137), (2, 1, 64, 512, 138), (4, 1, 128, 512, 142), (8, 1, 256, 1024, 135),
+                     (8, 2, 512, 1536, 138), (8, 4, 1024, 1792, 140), (8, 8, 1536, 2304, 148),
+                     (8, 16, 1920, 2160, 155), (8, 35, 2520, 2520, 163), (8, 64, 3072, 3072, 163)]
+MODES = {"full recompute": dict(recompute="full"),
+         "SP + selective": dict(recompute="selective", sequence_parallel=True)}
+
+
+def _row(what: str, published: float, ours: float) -> dict:
+    return {"what": what, "published": published, "ours": ours, "error": ours / published - 1}
+
+
+def korthikanti_figure_1() -> list[dict]:
+    rows = []
+    for size, (name, plan, batch, _) in KORTHIKANTI_RUNS.items():
+        states, baseline, present = KORTHIKANTI_FIGURE_1[size]
+        plan = plan.with_(precision="mixed-fp32-grads")  # 18 B per parameter: Megatron's fp32 gradients
+        base = per_gpu(PRESETS[name], plan, batch)
+        work = per_gpu(PRESETS[name], plan.with_(**MODES["SP + selective"]), batch)
+        rows += [_row(f"{size}, parameters + optimizer", states, base["layer_states"] / GIB),
+                 _row(f"{size}, activations, baseline", baseline, base["layer_activations"] / GIB),
+                 _row(f"{size}, activations, SP + selective", present, work["layer_activations"] / GIB)]
+    return rows
+
+
+def korthikanti_table_5() -> list[dict]:
+    rows = []
+    for size, (name, plan, batch, gpus) in KORTHIKANTI_RUNS.items():
+        for (mode, knobs), published in zip(MODES.items(), KORTHIKANTI_TABLE_5[size]):
+            seconds = step(PRESETS[name], plan.with_(**knobs), cluster(gpus=gpus), batch)["step_seconds"]
+            rows.append(_row(f"{size}, {mode}", published, seconds))
+    return rows
+
+
+def narayanan_plan(size: str, tp: int, pp: int, gpus: int, batch: int) -> Plan:
+    """Table 1's runs: full recomputation, micro-batch 1, "the interleaved schedule" (2 chunks where m
+    allows: the paper does not give v)."""
+    dp = gpus // (tp * pp)
+    v = 2 if pp > 1 and (batch // dp) % pp == 0 else 1
+    plan = Plan(tp=tp, pp=pp, dp=dp, recompute="full", schedule="interleaved" if v > 1 else "1f1b", chunks=v)
+    check_plan(PRESETS[f"megatron-{size}-2021"], plan, gpus, batch)
+    return plan
+
+
+def narayanan_table_1() -> list[dict]:
+    """teraFLOP/s per GPU as the paper counts them: Eq. 3, 96·B·s·l·h²(1 + s/6h + V/16lh), per second and GPU."""
+    rows = []
+    for (size, _, h, L), (tp, pp, gpus, batch, published) in zip(NARAYANAN_SHAPES, NARAYANAN_TABLE_1):
+        seconds = step(PRESETS[f"megatron-{size}-2021"], narayanan_plan(size, tp, pp, gpus, batch),
+                       cluster(gpus=gpus), batch)["step_seconds"]
+        flops = 96 * batch * 2048 * L * h * h * (1 + 2048 / (6 * h) + 51200 / (16 * L * h))
+        rows.append(_row(f"{size} ({tp}×{pp}, {gpus} GPUs)", published, flops / (seconds * gpus) / 1e12))
+    return rows
+
+
+def bloom() -> list[dict]:
+    """BLOOM-176B on 384 A100s: TP 4, PP 12, DP 8, micro-batch 2, batch 2048, ZeRO-1, full recomputation;
+    its nodes had 4 × 100 Gb/s Omni-Path instead of 8 × 200 Gb/s InfiniBand."""
+    plan = Plan(tp=4, pp=12, dp=8, microbatch=2, zero=1, recompute="full")
+    seconds = step(PRESETS["bloom-176b"], plan, cluster(gpus=384, inter_node_gbps=400), 2048)["step_seconds"]
+    return [_row("BLOOM-176B, 384 GPUs", 104.70, seconds)]

@@ -1,0 +1,98 @@
+"""Memory per GPU for 3-D plans: Korthikanti et al. 2022's Figure 1 and Table 2, the ZeRO paper's model
+states, and the pipeline schedules' in-flight micro-batches."""
+import numpy as np
+import pytest
+
+from simlab.sim.hybrid import Plan
+from simlab.sim.hybrid_memory import knobs, layer_activation_bytes, per_gpu
+from simlab.sim.memory import per_gpu_bytes
+from simlab.sim.model import PRESETS, Transformer
+from simlab.sim.published import KORTHIKANTI_RUNS, korthikanti_figure_1
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize("row", korthikanti_figure_1(), ids=lambda r: r["what"])
+def test_korthikanti_figure_1(row):
+    """Activations exactly; the layers' states within 0.02 % (the figure counts 12Lh², we add the 13h biases)."""
+    assert abs(row["error"]) <= (0 if "activations" in row["what"] else 2e-4)
+
+
+@pytest.mark.parametrize("size", list(KORTHIKANTI_RUNS))
+def test_the_baseline_does_not_fit_and_the_present_work_does(size):
+    name, plan, batch, _ = KORTHIKANTI_RUNS[size]
+    plan = plan.with_(precision="mixed-fp32-grads")
+    base = per_gpu(PRESETS[name], plan, batch)
+    work = per_gpu(PRESETS[name], plan.with_(sequence_parallel=True, recompute="selective"), batch)
+    assert base["total"] > 80e9 > work["total"]  # "the baseline is above the 80GB memory": the paper's point
+    assert 0 < base["activations"] - base["layer_activations"] < 0.01 * base["layer_activations"]  # embedding terms
+
+
+def _sbh(b=1, s=2048, h=12288):
+    return s * b * h
+
+
+@pytest.mark.parametrize("t", [1, 2, 8])
+def test_korthikanti_table_2_per_layer(t):
+    m = PRESETS["gpt3-175b"]  # a = 96, s = 2048, h = 12288: 5as/h = 80
+    sbh, as_h = _sbh(), 5 * 96 * 2048 / 12288
+    cases = {(False, "none"): sbh * (10 + 24 / t + as_h / t), (True, "none"): sbh * (34 / t + as_h / t),
+             (False, "selective"): sbh * (10 + 24 / t), (True, "selective"): sbh * 34 / t,
+             (False, "full"): 2 * sbh}
+    for (sp, rec), want in cases.items():
+        if sp and t == 1:
+            continue
+        got = layer_activation_bytes(m, knobs(Plan(tp=t, sequence_parallel=sp, recompute=rec)))
+        assert float(got) == pytest.approx(want, rel=1e-12), (sp, rec)
+    assert as_h == 80  # "5as/h = 80" for GPT-3, as the paper says
+
+
+@pytest.mark.parametrize("name", ["gpt3-175b", "llama2-70b", "megatron-1.7b-2021"])
+@pytest.mark.parametrize("dp, zero", [(1, 0), (64, 0), (64, 1), (64, 2), (64, 3), (1000, 3)])
+def test_model_states_are_lesson_3s_zero_model(name, dp, zero):
+    """Without TP or PP, the states are `simlab.sim.memory.per_gpu_bytes` of the whole model (the ZeRO
+    paper's Figure 1 model, tested exactly there), plus ZeRO-3's one gathered layer."""
+    m = PRESETS[name]
+    got = per_gpu(m, Plan(dp=dp, zero=zero), global_batch=dp)
+    want = per_gpu_bytes(m.params, dp, zero, precision="mixed")
+    gathered = m.layer_params * 4 if zero == 3 else 0  # weights and gradients of the layer at work, 2 + 2 B
+    assert (got["params"], got["grads"], got["optimizer"]) == (want["params"] + gathered, want["grads"],
+                                                               want["optimizer"])
+
+
+def test_offload_moves_gradients_and_optimizer_to_the_host():
+    m = PRESETS["llama2-7b"]
+    on, off = (per_gpu(m, Plan(dp=1, zero=2, offload=o), global_batch=1) for o in (False, True))
+    assert off["grads"] == off["optimizer"] == 0 and off["params"] == on["params"] == 2 * m.params
+    assert off["cpu"] == 16 * m.params  # fp32 master, m, v and gradient on the host (lesson 3's 16 B)
+
+
+def test_pipeline_schedules_hold_different_numbers_of_micro_batches():
+    m = Transformer("x", layers=8, hidden=1024, heads=16, seq=1024, vocab=1000)
+    act = {s: per_gpu(m, Plan(pp=4, dp=1, schedule=s, chunks=2 if s == "interleaved" else 1),
+                      global_batch=16)["layer_activations"] for s in ("gpipe", "1f1b", "interleaved")}
+    one = float(layer_activation_bytes(m, knobs(Plan(pp=4))))
+    assert act["gpipe"] == 16 * 2 * one  # m = 16 micro-batches of the stage's 2 layers
+    assert act["1f1b"] == 4 * 2 * one  # p = 4: L layers' worth whatever p is
+    assert act["interleaved"] == pytest.approx(act["1f1b"] * (1 + 3 / 8))  # ×(1 + (p-1)/(pv))
+
+
+def test_full_recompute_keeps_inputs_and_one_working_layer_and_fp32_doubles():
+    m = PRESETS["megatron-22b"]
+    full = per_gpu(m, Plan(tp=8, microbatch=4, recompute="full"), 4)
+    sbh = 2048 * 4 * 6144
+    assert full["layer_activations"] == 48 * 2 * sbh
+    working = float(layer_activation_bytes(m, knobs(Plan(tp=8, microbatch=4))))
+    extra = sbh / 8 + 4 * sbh / 8 * (1 + 51200 / 6144)  # embedding dropout; without PP the fp32 logits
+    assert full["activations"] == pytest.approx(48 * 2 * sbh + working + extra)
+    fp32 = per_gpu(m, Plan(tp=8, microbatch=4, recompute="full", precision="fp32"), 4)
+    assert fp32["activations"] == pytest.approx(2 * full["activations"])
+
+
+def test_arrays_and_plans_agree():
+    m = PRESETS["gpt3-175b"]
+    plans = [Plan(tp=8, pp=8, dp=16, zero=z, recompute=r) for z in (0, 1, 3) for r in ("none", "full")]
+    arrays = knobs(plans[0])._make(np.array([getattr(knobs(p), f) for p in plans]) for f in knobs(plans[0])._fields)
+    together = per_gpu(m, arrays, 1024, precision="mixed")
+    for i, p in enumerate(plans):
+        assert together["total"][i] == per_gpu(m, p, 1024)["total"]

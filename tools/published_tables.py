@@ -1,0 +1,58 @@
+"""Print lesson 6's model beside the published numbers, as the README's markdown tables.
+
+    python tools/published_tables.py            # print
+    python tools/published_tables.py --write    # replace the block between the README's markers
+
+`tests/test_project.py` fails when the README's block differs from what the model gives today.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from simlab.sim import published  # noqa: E402
+from simlab.sim.memory import per_gpu_bytes  # noqa: E402
+
+START, END = "<!-- published-tables:start -->", "<!-- published-tables:end -->"
+
+
+def _table(title: str, unit: str, rows: list[dict], digits: int = 2) -> list[str]:
+    out = [title, "", "| | published | ours | error |", "|---|---|---|---|"]
+    out += [f"| {r['what']} | {r['published']:.{digits}f} {unit} | {r['ours']:.{digits}f} {unit} | {r['error']:+.1%} |"
+            for r in rows]
+    return out + ["", f"Worst error: {max(abs(r['error']) for r in rows):.1%}.", ""]
+
+
+def tables() -> str:
+    zero = [{"what": f"stage {s}", "published": p, "ours": per_gpu_bytes(7_500_000_000, 64, s, precision="mixed")[
+        "total"] / 1e9} for s, p in enumerate((120, 31.4, 16.6, 1.9))]
+    for row in zero:
+        row["error"] = round(row["ours"], 1) / row["published"] - 1  # the paper prints one decimal
+    lines = _table("**ZeRO paper, Figure 1** (Ψ = 7.5B, 64 GPUs, K = 12; GB per GPU):", "GB", zero, 3)
+    lines += _table("**Korthikanti et al. 2022, Figure 1** (memory per GPU, A100 80GB; the figure's values "
+                    "are its formulas, as Calculon's validation also reads them):", "GiB",
+                    published.korthikanti_figure_1(), 3)
+    lines += _table("**Korthikanti et al. 2022, Table 5** (seconds per iteration):", "s",
+                    published.korthikanti_table_5())
+    lines += _table("**Narayanan et al. 2021, Table 1** (teraFLOP/s per GPU, full recomputation, "
+                    "interleaved with 2 chunks where it applies):", "TFLOP/s", published.narayanan_table_1(), 1)
+    lines += _table("**BLOOM-176B** (training log, 384 A100s, 4 × 100 Gb/s Omni-Path per node):", "s",
+                    published.bloom())
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main(argv=None) -> int:
+    text = tables()
+    if "--write" in (argv if argv is not None else sys.argv[1:]):
+        readme = (ROOT / "README.md").read_text()
+        head, rest = readme.split(START, 1)
+        (ROOT / "README.md").write_text(head + START + "\n" + text + END + rest.split(END, 1)[1])
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
