@@ -20,10 +20,10 @@ import os
 import sys
 import traceback
 
-from . import collectives, data_parallel, hybrid, pipeline, tensor_parallel, zero
+from . import collectives, data_parallel, hybrid, hybrid_calibrate, pipeline, tensor_parallel, zero
 from .common import OneLineParser, as_flags, is_printing_rank, summary
 
-LESSONS = (collectives, data_parallel, zero, pipeline, tensor_parallel, hybrid)
+LESSONS = (collectives, data_parallel, zero, pipeline, tensor_parallel, hybrid, hybrid_calibrate)
 
 
 def build_parser() -> OneLineParser:

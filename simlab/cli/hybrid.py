@@ -131,3 +131,49 @@ def add_commands(sub, run) -> None:
                     help="network Gbit/s per node: 1600 for 8×200 Gb/s InfiniBand, 25 for one 25 GbE link")
     add_json(pl)
     pl.set_defaults(func=cmd_plan, summary=False)
+    add_run_3d(run)
+
+
+def cmd_run_3d(args) -> dict:
+    """`simlab run 3d`: DP × PP × TP (+ ZeRO-1) on real processes vs one process, bytes and memory vs the
+    model, the step time vs its prediction."""
+    import os
+    import sys
+
+    from ..parity.hybrid import prepare, run_hybrid
+    from .common import check_run_flags
+    if args.world_size is None and "WORLD_SIZE" not in os.environ:
+        args.world_size = args.dp * args.pp * args.tp  # the grid fixes it: no default of 4 here
+    check_run_flags(args)
+    chunks = args.chunks or (2 if args.schedule == "interleaved" else 1)
+    prepare(args.dp, args.pp, args.tp, args.zero, args.schedule, chunks, args.microbatches, args.steps, args.layers,
+            args.hidden, args.heads, args.seed, 1e-2, args.world_size, args.backend, args.timeout)  # refuse first
+    if args.world_size > (os.cpu_count() or 1):
+        print(f"simlab run 3d: warning: {args.world_size} processes on {os.cpu_count()} cores take turns; "
+              "the run is correct but its times stretch", file=sys.stderr)
+    res = run_hybrid(args.dp, args.pp, args.tp, zero=args.zero, schedule=args.schedule, chunks=chunks,
+                     microbatches=args.microbatches, steps=args.steps, layers=args.layers, hidden=args.hidden,
+                     heads=args.heads, seed=args.seed, world_size=args.world_size, backend=args.backend,
+                     timeout=args.timeout)
+    from .common import run_output
+    return run_output({"config": res["config"]}, res, "losses", "reference_losses", "groups",
+                      "predicted_bytes_per_rank", "bytes_sent_per_group", "predicted_bytes_per_group",
+                      "measured_memory_per_rank", "predicted_memory_per_rank", "measured_step_seconds",
+                      "predicted_step_seconds")
+
+
+def add_run_3d(run) -> None:
+    from .common import add_run_flags
+    p = run.add_parser("3d", help="DP × PP × TP (+ ZeRO-1) on real processes: a small GPT vs one process")
+    for name in ("dp", "pp", "tp"):
+        p.add_argument(f"--{name}", type=int, default=1, help=f"{name} size (default 1)")
+    p.add_argument("--zero", type=int, default=0, help="0 or 1: ZeRO-1 shards Adam's state over the DP group")
+    p.add_argument("--schedule", choices=("1f1b", "interleaved"), default="1f1b", help="pipeline schedule")
+    p.add_argument("--chunks", type=int, default=None, help="interleaved: chunks per rank (default 2)")
+    p.add_argument("--microbatches", type=int, default=None, help="per DP replica (default 2·pp)")
+    p.add_argument("--steps", type=int, default=3, help="Adam steps (default 3)")
+    for name, what in (("layers", "transformer layers (default 2·pp·chunks)"),
+                       ("hidden", "hidden size (default 4·heads)"), ("heads", "attention heads (default 2·tp)")):
+        p.add_argument(f"--{name}", type=int, default=None, help=what)
+    add_run_flags(p)
+    p.set_defaults(func=cmd_run_3d, renames={"world_size": "--world-size"})

@@ -100,7 +100,7 @@ def shard(batch, rank: int, world_size: int):
     return tuple(out)
 
 
-def train_steps(model, opt, x, y, steps: int, accumulate: int = 1) -> list[float]:
+def train_steps(model, opt, x, y, steps: int, accumulate: int = 1, loss=None) -> list[float]:
     """`steps` SGD steps on (x, y); each step splits into `accumulate` micro-batches, all but the last
     under `model.no_sync()` (DDP's gradient accumulation). Dividing each micro-loss by `accumulate`
     makes the accumulated gradient the whole batch's mean gradient. Returns one loss per step."""
@@ -110,9 +110,9 @@ def train_steps(model, opt, x, y, steps: int, accumulate: int = 1) -> list[float
         total = 0.0
         for j, (xm, ym) in enumerate(zip(x.chunk(accumulate), y.chunk(accumulate))):  # (b/a, in), (b/a, out)
             with contextlib.nullcontext() if j == accumulate - 1 else model.no_sync():
-                loss = loss_fn(model(xm), ym) / accumulate
-                loss.backward()
-            total += loss.item()
+                micro = (loss or loss_fn)(model(xm), ym) / accumulate
+                micro.backward()
+            total += micro.item()
         opt.step()
         losses.append(total)
     return losses
@@ -163,3 +163,52 @@ def make_input(batch: int, seq: int, hidden: int, seed: int = 0):
     """X (b, s, h) and the upstream gradient dY (b, s, h), from their own generator."""
     gen = torch.Generator().manual_seed(seed + 1)
     return torch.randn(batch, seq, hidden, generator=gen), torch.randn(batch, seq, hidden, generator=gen)
+
+
+# ---------------------------------------------------------------- a small GPT (lesson 6's 3-D run)
+
+class Block(nn.Module):
+    """A pre-norm transformer layer: x + attention(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, hidden: int, heads: int, ffn: int):
+        super().__init__()
+        self.ln1, self.attn = nn.LayerNorm(hidden), SelfAttention(hidden, heads)
+        self.ln2, self.mlp = nn.LayerNorm(hidden), MLP(hidden, ffn)
+
+    def forward(self, x):  # (b, s, h)
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(nn.Module):
+    """Token + position embeddings, `layers` blocks, a final norm and an untied output layer: tokens (b, s)
+    → logits (b, s, V). Its parameters are `simlab.sim.model.Transformer(..., tied=False)`'s, exactly."""
+
+    def __init__(self, layers: int, hidden: int, heads: int, seq: int, vocab: int, ffn: int = 0):
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, hidden), nn.Embedding(seq, hidden)
+        self.blocks = nn.ModuleList(Block(hidden, heads, ffn or 4 * hidden) for _ in range(layers))
+        self.ln_f, self.head = nn.LayerNorm(hidden), nn.Linear(hidden, vocab, bias=False)
+
+    def forward(self, tokens):  # (b, s) int64
+        x = self.tok(tokens) + self.pos.weight[:tokens.shape[1]]  # (b, s, h)
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))  # (b, s, V)
+
+
+def make_gpt(layers: int, hidden: int, heads: int, seq: int, vocab: int, seed: int = 0) -> GPT:
+    with seeded(seed):
+        return GPT(layers, hidden, heads, seq, vocab)
+
+
+def make_tokens(batch: int, seq: int, vocab: int, seed: int = 0):
+    """Random token sequences (B, s) and their next tokens as targets (B, s), int64, seeded."""
+    gen = torch.Generator().manual_seed(seed + 2)
+    tokens = torch.randint(0, vocab, (batch, seq + 1), generator=gen)
+    return tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+
+def gpt_loss(logits, targets):
+    """Cross-entropy over all tokens: logits (b, s, V), targets (b, s)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))

@@ -69,15 +69,19 @@ def tag(kind: int, stage: int, mb: int, microbatches: int) -> int:
 class PipelineRank:
     """One rank's share of the pipeline: its stages, its micro-batches, its mailbox.
 
-    `stages`: {stage index: module} this rank holds; `x_mbs`, `y_mbs`: the m micro-batches (b, h) of
-    inputs and targets (only stage 0 reads x, only the last stage reads y), on `device` like the stages.
+    `stages`: {stage index: module} this rank holds; `x_mbs`, `y_mbs`: the m micro-batches of inputs and
+    targets (only stage 0 reads x, only the last stage reads y), on `device` like the stages.
+    `activation_shape`: what travels between stages (default: x's micro-batch shape, (b, h));
+    `loss`: the last stage's loss(output, target) (default: the MLP's mean squared error).
     `run(actions)` executes one step's action list and returns its Events.
     """
 
-    def __init__(self, stages: dict[int, nn.Module], num_stages: int, x_mbs, y_mbs, group=None, device=None):
+    def __init__(self, stages: dict[int, nn.Module], num_stages: int, x_mbs, y_mbs, group=None, device=None,
+                 activation_shape=None, loss=loss_fn):
         self.group, self.rank, self.p = group, dist.get_rank(group), dist.get_world_size(group)
         self.stages, self.S, self.x, self.y, self.m = stages, num_stages, x_mbs, y_mbs, len(x_mbs)
-        self.shape = tuple(x_mbs[0].shape)  # (b, h): every message has it, so receivers pre-allocate
+        self.shape = tuple(activation_shape or x_mbs[0].shape)  # every message has it: receivers pre-allocate
+        self.loss = loss
         self.device = torch.device(device) if device is not None else x_mbs[0].device
         self.bytes_sent = 0  # over every run: activations forward, input grads backward
 
@@ -133,7 +137,7 @@ class PipelineRank:
         start = time.perf_counter()
         out = self.stages[s](inp)  # (b, h)
         if s == self.S - 1:  # the loss is a mean over the micro-batch; /m makes the sum the batch mean
-            out = loss_fn(out, self.y[j]) / self.m
+            out = self.loss(out, self.y[j]) / self.m
             self.losses[j] = out.item()
         self.saved[(s, j)] = (inp, out)
         ready = time.perf_counter()

@@ -201,9 +201,14 @@ class ParallelMLP(nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))  # (b, s, ffn/N) → (b, s, h)
 
     def grad_shards(self) -> dict:
-        """name (as in the full MLP) → (this rank's grad, the dim the ranks' slices concatenate along; None: whole)."""
-        return {"fc1.weight": (self.fc1.weight.grad, 0), "fc1.bias": (self.fc1.bias.grad, 0),
-                "fc2.weight": (self.fc2.weight.grad, 1), "fc2.bias": (self.fc2.bias.grad, None)}
+        return self.shards("grad")
+
+    def shards(self, of: str = "data") -> dict:
+        """name (as in the full MLP) → (this rank's slice of each parameter's `of` ("data" or "grad"), the
+        dim the ranks' slices concatenate along; None: whole on every rank)."""
+        get = lambda p: getattr(p, of)  # noqa: E731
+        return {"fc1.weight": (get(self.fc1.weight), 0), "fc1.bias": (get(self.fc1.bias), 0),
+                "fc2.weight": (get(self.fc2.weight), 1), "fc2.bias": (get(self.fc2.bias), None)}
 
 
 class ParallelSelfAttention(nn.Module):
@@ -229,8 +234,12 @@ class ParallelSelfAttention(nn.Module):
         return self.wo(attend(q, k, v, self.head_dim))  # (b, s, h/N) → (b, s, h)
 
     def grad_shards(self) -> dict:
-        wq, wk, wv = self.qkv.weight.grad.chunk(3)  # (h/N, h) each
-        bq, bk, bv = self.qkv.bias.grad.chunk(3)
+        return self.shards("grad")
+
+    def shards(self, of: str = "data") -> dict:
+        """As `ParallelMLP.shards`, the fused QKV cut back into the unsplit block's wq, wk, wv."""
+        wq, wk, wv = getattr(self.qkv.weight, of).chunk(3)  # (h/N, h) each
+        bq, bk, bv = getattr(self.qkv.bias, of).chunk(3)
         return {"wq.weight": (wq, 0), "wq.bias": (bq, 0), "wk.weight": (wk, 0), "wk.bias": (bk, 0),
-                "wv.weight": (wv, 0), "wv.bias": (bv, 0), "wo.weight": (self.wo.weight.grad, 1),
-                "wo.bias": (self.wo.bias.grad, None)}
+                "wv.weight": (wv, 0), "wv.bias": (bv, 0), "wo.weight": (getattr(self.wo.weight, of), 1),
+                "wo.bias": (getattr(self.wo.bias, of), None)}

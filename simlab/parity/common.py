@@ -38,7 +38,7 @@ def max_abs_diff(a, b) -> float:
     return (a.detach().cpu().double() - b.detach().cpu().double()).abs().max().item() if a.numel() else 0.0
 
 
-def reference_model(model_fn, batch, steps: int, lr: float = 0.1, optimizer: str = "sgd"):
+def reference_model(model_fn, batch, steps: int, lr: float = 0.1, optimizer: str = "sgd", loss=None, **options):
     """Train `model_fn()` on the whole `batch` (x, y) in one process: the ground truth.
 
     Returns (losses, model): one float per step, and the trained model, whose `.grad`s still hold the
@@ -47,8 +47,8 @@ def reference_model(model_fn, batch, steps: int, lr: float = 0.1, optimizer: str
     check_int("steps", steps, 1)
     check_positive("lr", lr)
     model = model_fn()
-    opt = OPTIMIZERS[optimizer](model.parameters(), lr=lr)
-    return train_steps(model, opt, *batch, steps), model  # the loss is the mean over the global batch
+    opt = OPTIMIZERS[optimizer](model.parameters(), lr=lr, **options)  # e.g. Adam's eps
+    return train_steps(model, opt, *batch, steps, loss=loss), model  # the loss: the mean over the global batch
 
 
 def reference_train(model_fn, batch, steps: int, lr: float = 0.1, optimizer: str = "sgd"):

@@ -60,22 +60,24 @@ def knobs(plan: Plan) -> Knobs:
 
 
 def stage_params(model: Transformer, k: Knobs) -> np.ndarray:
-    """Parameters on the first stage's GPUs before sharding by t: ceil(L/p) layers and the embedding
-    (the token table is vocab-parallel, split by t, as in Megatron; without pipelining the output too)."""
-    layers = -(-model.layers // k.pp)
-    return layers * model.layer_params + model.embedding_params + np.where(k.pp == 1, model.output_params, 0)
+    """Parameters one GPU of the most loaded stage holds (its share of t): ceil(L/p) layers plus the
+    embedding on the first stage, or the output layer on the last, whichever is more (both without PP)."""
+    layers = -(-model.layers // k.pp) * model.layer_params_per_rank(k.tp)
+    first = layers + model.embedding_params_per_rank(k.tp)
+    last = layers + model.output_params_per_rank(k.tp, k.pp)
+    return np.where(k.pp == 1, first + last - layers, np.maximum(first, last))
 
 
 def model_states(model: Transformer, k: Knobs, precision: str) -> dict:
     """Weights, gradients and optimizer state per GPU; shards round up, as `simlab.sim.memory` does."""
     p_b, g_b, o_b = STATE_BYTES[precision]
-    full = stage_params(model, k) / k.tp
+    full = stage_params(model, k)
     shard = np.ceil(full / k.dp)
     params = np.where(k.zero >= 3, shard, full) * p_b
     grads = np.where(k.offload, 0, np.where(k.zero >= 2, shard, full) * g_b)
     optimizer = np.where(k.offload, 0, np.where(k.zero >= 1, shard, full) * o_b)
-    layer = np.where(k.zero >= 3, model.layer_params / k.tp * (p_b + g_b), 0)  # ZeRO-3: one layer gathered
-    layers_only = -(-model.layers // k.pp) * model.layer_params / k.tp * (p_b + g_b + o_b)  # no ZeRO, no embedding
+    layer = np.where(k.zero >= 3, model.layer_params_per_rank(k.tp) * (p_b + g_b), 0)  # ZeRO-3: a layer gathered
+    layers_only = -(-model.layers // k.pp) * model.layer_params_per_rank(k.tp) * (p_b + g_b + o_b)  # no embedding
     return {"params": params + layer, "grads": grads, "optimizer": optimizer, "layer_states": layers_only,
             "cpu": np.where(k.offload, shard * HOST_BYTES, 0)}
 

@@ -106,7 +106,7 @@ def step(model: Transformer, plan, c: Cluster, global_batch: int, precision: str
     pipeline = stage * pipeline_factor(k, m)
 
     # data parallel: gradients G and parameters W of this GPU's part, over the DP group
-    params = stage_params(model, k) / k.tp
+    params = stage_params(model, k)
     grads, weights, d = params * g_b, params * p_b, k.dp
     reduce = np.where(k.zero == 0, _ring(2 * (d - 1), 2 * (d - 1) / d, grads, dp_a, dp_bw),  # all-reduce,
                       _ring(d - 1, (d - 1) / d, grads, dp_a, dp_bw))  # or ZeRO's reduce-scatter

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from .._checks import check_choice, check_divisible, check_int
 
 MEGATRON = "Narayanan et al. 2021 (arXiv 2104.04473) Table 1; Korthikanti et al. 2022 (arXiv 2205.05198) Table 3"
@@ -88,6 +90,24 @@ class Transformer:
     @property
     def params(self) -> int:
         return self.layers * self.layer_params + self.embedding_params + self.output_params
+
+    # ---- what one tensor-parallel rank of t holds (Megatron's split): the matrices and the biases of
+    # column-parallel layers are cut in t, the row-parallel layers' biases and the norms are replicated;
+    # the token table and an untied output layer are split by vocabulary, positions replicated
+    def layer_params_per_rank(self, t: int) -> float:
+        h = self.hidden
+        split_biases = h + 2 * self.kv_width + (2 if self.gated else 1) * self.ffn_width if self.biases else 0
+        replicated = (2 * h if self.biases else 0) + 2 * (2 * h if self.biases else h)  # O and down biases, norms
+        return (self.matmul_params + split_biases) / t + replicated  # t = 1: layer_params (t may be an array)
+
+    def embedding_params_per_rank(self, t: int) -> float:
+        return self.embedding_params - self.vocab * self.hidden * (1 - 1 / t)
+
+    def output_params_per_rank(self, t: int, pp: int = 1) -> float:
+        """Untied: the vocab-split output layer. Tied: nothing more without pipelining; with it the last
+        stage keeps its own copy of the (vocab-split) embedding, as Megatron does."""
+        copy = 1 if not self.tied else np.asarray(pp) > 1  # pp may be an array (the advisor's plans)
+        return copy * self.vocab * self.hidden / t + (2 if self.biases else 1) * self.hidden
 
     def layer_flops(self, tokens: int) -> int:
         """Forward FLOPs of one layer on `tokens` = b·s tokens: 2 per weight per token, and attention's

@@ -14,8 +14,9 @@ GIB = 2**30
 
 @pytest.mark.parametrize("row", korthikanti_figure_1(), ids=lambda r: r["what"])
 def test_korthikanti_figure_1(row):
-    """Activations exactly; the layers' states within 0.02 % (the figure counts 12Lh², we add the 13h biases)."""
-    assert abs(row["error"]) <= (0 if "activations" in row["what"] else 2e-4)
+    """Activations exactly; the layers' states within 0.1 %: the figure counts 12Lh²/t, we add the biases and
+    the norms, which tensor parallelism replicates (≈ 55/(12h) more)."""
+    assert abs(row["error"]) <= (0 if "activations" in row["what"] else 1e-3)
 
 
 @pytest.mark.parametrize("size", list(KORTHIKANTI_RUNS))

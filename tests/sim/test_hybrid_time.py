@@ -83,7 +83,7 @@ def test_hand_computed_pieces():
     # DP across 8 nodes, no pipeline, ZeRO 0: a ring all-reduce of the fp16 gradients on 22.5 GB/s per GPU,
     # minus what the last micro-batch's backward hides
     t = step(m, Plan(tp=8, dp=8, microbatch=1), c, 8)
-    grads = 2 * (48 * m.layer_params + m.embedding_params + m.output_params) / 8
+    grads = 2 * (48 * m.layer_params_per_rank(8) + m.embedding_params_per_rank(8) + m.output_params_per_rank(8))
     ring = 14 * 14e-6 + 2 * 7 / 8 * grads / 22.5e9
     assert t["breakdown"]["dp_comm"] == pytest.approx(max(0, ring - 48 * float(layer_seconds(
         m, knobs(Plan(tp=8, dp=8)), c, "mixed")["backward"])))
@@ -103,3 +103,23 @@ def test_tp_across_nodes_is_slower_than_inside_one():
     inside = step(m, Plan(tp=8, pp=8), cluster(gpus=64), 64)["breakdown"]["tp_comm"]
     across = step(m, Plan(tp=16, pp=4), cluster(gpus=64), 64)["breakdown"]["tp_comm"]
     assert across > 5 * inside
+
+
+def test_hand_computed_pipeline_offload_optimizer_and_zero_terms():
+    m, c = PRESETS["gpt3-175b"], cluster(gpus=512)
+    # PP across nodes: per micro-batch (m = 512 / 8 = 64) an activation forward and a gradient back,
+    # each 1/t of b·s·h·2 B (Megatron's scatter/gather), α + bytes / 22.5 GB/s
+    t = step(m, Plan(tp=8, pp=8, dp=8), c, 512)
+    per = 14e-6 + 2048 * 12288 * 2 / 8 / 22.5e9
+    assert t["breakdown"]["pp_p2p"] == pytest.approx(64 * 2 * per)
+    # ZeRO-1 on 8 DP ranks across nodes: reduce-scatter of fp16 grads + all-gather of fp16 params, exposed
+    params = 12 * m.layer_params_per_rank(8) + m.embedding_params_per_rank(8)  # first stage: 12 layers + embedding
+    z1 = step(m, Plan(tp=8, pp=8, dp=8, zero=1), c, 512)["breakdown"]["dp_comm"]
+    assert z1 == pytest.approx(2 * 7 * 14e-6 + 7 / 8 * (2 * params + 2 * params) / 22.5e9)
+    # optimizer: 32 B per parameter of the GPU's shard at HBM speed (ZeRO-1: 1/8 of the stage's part)
+    assert step(m, Plan(tp=8, pp=8, dp=8, zero=1), c, 512)["breakdown"]["optimizer"] == pytest.approx(
+        params / 8 * 32 / 2039e9)
+    # Offload: gradients (2 B) down and parameters (2 B) up over PCIe, Adam on the host's cores
+    off = step(m, Plan(tp=8, pp=8, dp=8, zero=2, offload=True), c, 512)["breakdown"]["offload"]
+    shard = params / 8
+    assert off == pytest.approx(shard * 4 / 25e9 + shard / (1e9 / 8))

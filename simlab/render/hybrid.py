@@ -1,0 +1,291 @@
+"""Lesson 6's pictures, choosing a strategy: the rank grid on its nodes, memory and time of several plans,
+and the advisor's verdict as text.
+
+- `draw_mesh` / `mesh_text`: which global rank is which (pp, dp, tp) coordinate, its TP, DP and PP groups,
+  and which link each kind of group crosses (`Mesh.link`: inside a node or over the network).
+- `draw_plan_memory`: stacked bars per plan (params / grads / optimizer / activations) against the GPU.
+- `draw_time_breakdown`: where each plan's step goes (compute, TP, the pipeline, DP/ZeRO, Offload …).
+- `advisor_text`: `sim.advisor.search`'s top plans as a fixed-width table, its reasons and rejections.
+
+Every number comes from `simlab.sim` (`mesh`, `hybrid_memory`, `hybrid_time`, `advisor`); this module only
+lays it out. The text helpers are deterministic, for nbval:
+
+    >>> from simlab.sim.mesh import Mesh
+    >>> print(mesh_text(Mesh(pp=2, dp=2, tp=2), gpus_per_node=4))
+    Mesh(pp=2, dp=2, tp=2): 8 ranks, rank = (pp_rank*dp + dp_rank)*tp + tp_rank
+          dp=0   dp=1
+    pp=0  [0 1]  [2 3]
+    pp=1  [4 5]  [6 7]
+    [..] = a tp group; same slot across a row = a dp group; same slot down a column = a pp group
+    2 nodes of 4 GPUs: node 0 = ranks 0-3, node 1 = ranks 4-7
+    tp groups (NVLink, inside a node): [0 1] [2 3] [4 5] [6 7]
+    dp groups (NVLink, inside a node): [0 2] [1 3] [4 6] [5 7]
+    pp groups (network, across nodes): [0 4] [1 5] [2 6] [3 7]
+"""
+from __future__ import annotations
+
+from itertools import pairwise
+
+from ..sim.mesh import KINDS
+from .mpl import _new_ax, _time_unit
+from .zero import CPU_COLOR, GB, PART_COLOR
+
+# one colour per kind of group, shared by the mesh and the time bars (tp_comm is the TP groups' traffic …)
+KIND_COLOR = {"tp": "#c44e52", "dp": "#dd8452", "pp": "#8172b3"}
+STAGE_FILL = [  # pale, so the group outlines and lines drawn over the boxes stay the loudest marks
+    "#dbe9f6", "#e2f0d9", "#fdf2cc", "#f3e0ef", "#e0f3f3", "#f6e3d5", "#e8e8e8", "#eae3f5"]
+MEMORY_COLOR = {**PART_COLOR, "activations": "#8172b3"}
+TIME_COLOR = {"compute": "#4c72b0", "tp_comm": KIND_COLOR["tp"], "pp_p2p": KIND_COLOR["pp"],
+              "pp_bubble": "#cdc3e3", "dp_comm": KIND_COLOR["dp"], "offload": CPU_COLOR,
+              "optimizer": PART_COLOR["optimizer"]}
+LINK_WORDS = {"intra-node": "{intra}, inside a node", "inter-node": "network, across nodes"}
+MAX_NODE_ROWS = 8  # beyond this many nodes the node frames wrap into further columns
+MAX_OVER = 4  # bars taller than 4× the GPU's memory are cut at the top (and labelled) so the line stays visible
+TEXT_WIDTH = 100  # group lists wrap here, so notebook outputs stay readable
+
+
+def _link(mesh, kind: str, gpus_per_node: int, intra: str) -> str:
+    return LINK_WORDS[mesh.link(kind, gpus_per_node)].format(intra=intra)
+
+
+def _wrap(head: str, items: list[str], width: int = TEXT_WIDTH) -> list[str]:
+    """head + items joined by spaces, wrapped between items (a group "[0 1]" is never split)."""
+    lines, line = [], head
+    for item in items:
+        if len(line) + 1 + len(item) > width and line.strip():
+            lines.append(line)
+            line = "   "
+        line += " " + item
+    return lines + [line]
+
+
+def _group(g: tuple) -> str:
+    """'[0 1 2 3]'; a long group (always evenly spaced) shows its first three ranks and its last."""
+    return "[" + " ".join(map(str, g if len(g) <= 8 else g[:3])) + (f" … {g[-1]}]" if len(g) > 8 else "]")
+
+
+def mesh_text(mesh, gpus_per_node: int, intra: str = "NVLink") -> str:
+    """`Mesh.to_text`'s grid, the nodes, and one line per kind: its groups and the link they cross.
+    `intra`: what joins a node's GPUs (NVLink; PCIe on a cluster without it)."""
+    slots = min(gpus_per_node, mesh.world_size)  # a world smaller than a node uses part of one
+    count = -(-mesh.world_size // slots)
+    nodes = [f"node {n} = " + (f"ranks {n * slots}-{n * slots + slots - 1}" if slots > 1 else f"rank {n}")
+             for n in range(count)]
+    if count > 4:  # the rule is plain after two: node n holds the next gpus_per_node ranks
+        nodes = nodes[:2] + ["…", nodes[-1]]
+    head = f"{count} node{'s' * (count > 1)} of {gpus_per_node} GPU{'s' * (gpus_per_node > 1)}" + (
+        f" ({slots} used)" if slots < gpus_per_node else "")
+    lines = mesh.to_text().splitlines() + [f"{head}: " + ", ".join(nodes)]
+    for kind in KINDS:
+        if getattr(mesh, kind) == 1:  # every group is one rank: nothing to send
+            lines.append(f"{kind} groups: size 1, no {kind} communication")
+            continue
+        groups = [_group(g) for g in mesh.groups(kind)]
+        lines += _wrap(f"{kind} groups ({_link(mesh, kind, gpus_per_node, intra)}):", groups)
+    return "\n".join(lines)
+
+
+# geometry of the picture, in data units: boxes on a PITCH_X × PITCH_Y lattice, lines in the gaps between
+PITCH_X, PITCH_Y, HALF_W, HALF_H, FRAME = 1.25, 1.7, 0.4, 0.36, 0.55
+LANE = {"dp": (-0.58, 0.68), "pp": (0.58, 0.78)}  # (x of its vertical runs, y of its runs below a row)
+
+
+def _place(rank: int, world: int, gpus_per_node: int) -> tuple[float, float]:
+    """A rank's box centre: node n = rank // gpus_per_node is one framed row; rows wrap into columns."""
+    slots = min(gpus_per_node, world)
+    nodes = -(-world // slots)
+    rows = -(-nodes // -(-nodes // MAX_NODE_ROWS))
+    node, slot = divmod(rank, slots)
+    col, row = divmod(node, rows)
+    return col * (slots * PITCH_X + 0.8) + slot * PITCH_X, row * PITCH_Y
+
+
+def _connect(ax, kind: str, a, b, lw: float):
+    """One hop of a DP or PP group. On one row: an arc above (DP) or below (PP) the boxes. Across rows:
+    out of the box's side (DP left, PP right), along the gap between boxes and between rows, into the
+    other's side, so a line never runs over a box it does not join."""
+    from matplotlib.patches import FancyArrowPatch, PathPatch
+    from matplotlib.path import Path
+    style = dict(color=KIND_COLOR[kind], lw=lw, alpha=0.9, zorder=3, gid=kind, fill=False)
+    (x1, y1), (x2, y2) = sorted((a, b), key=lambda p: (p[1], p[0]))  # upper first; on one row, left first
+    side, below = LANE[kind]
+    if y1 == y2:
+        edge = -HALF_H if kind == "dp" else HALF_H  # the y axis points down: -HALF_H is the top edge
+        bend = (-0.3 if kind == "dp" else 0.3) / (x2 - x1)  # the arc rises about 0.15 whatever the span
+        ax.add_patch(FancyArrowPatch((x1, y1 + edge), (x2, y2 + edge), arrowstyle="-",
+                                     connectionstyle=f"arc3,rad={bend}", **style))
+        return
+    stub = HALF_W if side > 0 else -HALF_W
+    points = [(x1 + stub, y1), (x1 + side, y1), (x1 + side, y1 + below), (x2 + side, y1 + below),
+              (x2 + side, y2), (x2 + stub, y2)]
+    ax.add_patch(PathPatch(Path(points), **style))
+
+
+def draw_mesh(mesh, gpus_per_node: int, ax=None, title=None, intra: str = "NVLink", kinds=KINDS):
+    """One box per global rank (r, then its p·d·t coordinates), a framed row per node, filled by pipeline
+    stage; TP groups outlined, DP and PP groups joined by lines; the legend says which link each crosses.
+    `kinds`: the groups to draw (e.g. ("pp",) to look at one kind alone). Returns the Figure."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch, Rectangle
+    world = mesh.world_size
+    slots = min(gpus_per_node, world)
+    pos = [_place(r, world, slots) for r in range(world)]
+    width = max(x for x, _ in pos) + 2 * FRAME + 0.3
+    height = max(y for _, y in pos) + 2 * FRAME + 0.5
+    scale = min(0.75, 15 / width)  # inches per data unit; wide layouts shrink, fonts with them
+    ax = _new_ax(ax, (0.8 + scale * width, 1.6 + scale * height))
+    font = 9 * scale / 0.75
+    for n in range(-(-world // slots)):
+        (x0, y0), last = pos[n * slots], min(world, (n + 1) * slots) - n * slots - 1
+        ax.add_patch(Rectangle((x0 - FRAME, y0 - FRAME), last * PITCH_X + 2 * FRAME, 2 * FRAME, facecolor="none",
+                               edgecolor="#888888", linestyle="--", linewidth=1, gid="node"))
+        ax.text(x0 - FRAME, y0 - FRAME - 0.03, f"node {n}", fontsize=0.8 * font, color="#555555", va="bottom")
+    for r, (x, y) in enumerate(pos):
+        c = mesh.coords(r)
+        ax.add_patch(Rectangle((x - HALF_W, y - HALF_H), 2 * HALF_W, 2 * HALF_H, zorder=2, gid="rank",
+                               facecolor=STAGE_FILL[c.pp % len(STAGE_FILL)], edgecolor="#333333", linewidth=0.8))
+        ax.text(x, y - 0.1, f"r{r}", ha="center", va="center", fontsize=font, zorder=4, fontweight="bold")
+        ax.text(x, y + 0.17, f"p{c.pp} d{c.dp} t{c.tp}", ha="center", va="center", zorder=4,
+                fontsize=0.7 * font, color="#333333")
+    handles = []
+    for kind in (k for k in KINDS if k in kinds and getattr(mesh, k) > 1):
+        label = f"{kind} group ({getattr(mesh, kind)} ranks): {_link(mesh, kind, gpus_per_node, intra)}"
+        for group in mesh.groups(kind):
+            if kind == "tp":  # contiguous ranks: outline each run that sits on one node's row
+                runs = []
+                for r in group:
+                    if runs and r // slots == runs[-1][-1] // slots:
+                        runs[-1].append(r)
+                    else:
+                        runs.append([r])
+                for run in runs:
+                    (xa, ya), (xb, _) = pos[run[0]], pos[run[-1]]
+                    ax.add_patch(Rectangle((xa - HALF_W - 0.06, ya - HALF_H - 0.06), xb - xa + 2 * HALF_W + 0.12,
+                                           2 * HALF_H + 0.12, facecolor="none",
+                                           edgecolor=KIND_COLOR["tp"], linewidth=2, zorder=3, gid="tp"))
+            else:
+                for a, b in pairwise(group):
+                    _connect(ax, kind, pos[a], pos[b], 1.0 if world > 32 else 1.4)
+        handles.append(Patch(facecolor="none", edgecolor=KIND_COLOR[kind], linewidth=2, label=label)
+                       if kind == "tp" else Line2D([], [], color=KIND_COLOR[kind], linewidth=1.6, label=label))
+    ax.set_xlim(-FRAME - 0.15, width - FRAME - 0.15)
+    ax.set_ylim(height - FRAME - 0.3, -FRAME - 0.2)  # node 0 on top, ranks read like text
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(title if title is not None else f"{mesh!r} on nodes of {gpus_per_node} GPUs"
+                 "\n(box: rank, then its pp·dp·tp coordinates; fill: its pipeline stage)", fontsize=10)
+    if handles:
+        ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=8, frameon=False)
+    return ax.figure
+
+
+def draw_plan_memory(plans: dict, gpu_memory: float, ax=None, title=None):
+    """One stacked bar per plan (label → a plan dict of `advisor.search` or `advisor.evaluate_plan`), in GB
+    per GPU, against the GPU's memory (dashed); a plan the simulator says does not fit is outlined in red and
+    says so. Host bytes (Offload) get a hatched bar beside it. Bars past MAX_OVER× the GPU are cut at the
+    top, so the line stays readable, and their total is written there. Returns the Figure."""
+    rows, n = list(plans.values()), len(plans)
+    ax = _new_ax(ax, (1.5 * n + 3.2, 4.2))
+    has_cpu = any(p["cpu_bytes_per_gpu"] for p in rows)
+    width = 0.38 if has_cpu else 0.6
+    xs = [i - width / 2 if has_cpu else i for i in range(n)]
+    totals = [p["bytes_per_gpu"]["total"] / GB for p in rows]
+    cpus = [p["cpu_bytes_per_gpu"] / GB for p in rows]
+    line = gpu_memory / GB
+    top = min(max(totals + cpus + [line]), MAX_OVER * line) * 1.2
+    bottom = [0.0] * n
+    for part, color in MEMORY_COLOR.items():
+        heights = [p["bytes_per_gpu"][part] / GB for p in rows]
+        ax.bar(xs, heights, width, bottom=bottom, color=color, label=part, gid=part)
+        bottom = [b + h for b, h in zip(bottom, heights)]
+    label = dict(ha="center", va="bottom", fontsize=8, fontweight="bold",  # readable over a cut bar too
+                 bbox=dict(facecolor="white", edgecolor="none", pad=1, alpha=0.85))
+    for x, total, p in zip(xs, totals, rows):
+        y = min(total, top / 1.2) + 0.01 * top
+        ax.text(x, y, ("↑ " if total > top else "") + f"{total:.1f} GB", **label)
+        if not p["fits"]:
+            ax.bar(x, total, width, fill=False, edgecolor="#d62728", linewidth=2, gid="no-fit")
+            ax.text(x, y + 0.06 * top, "does not fit", color="#d62728", **label)
+    if has_cpu:
+        ax.bar([i + width / 2 for i in range(n)], cpus, width, color="white", edgecolor=CPU_COLOR, hatch="//",
+               label="host (Offload)", gid="cpu")
+        for i, v in enumerate(cpus):
+            if v:
+                ax.text(i + width / 2, min(v, top / 1.2) + 0.01 * top, f"{v:.1f}", ha="center", va="bottom",
+                        fontsize=7, color="#555555")
+    ax.axhline(line, color="black", linestyle="--", linewidth=1.2, label=f"GPU memory ({line:g} GB)",
+               gid="gpu_memory")
+    ax.set_xticks(range(n), list(plans), fontsize=8)
+    ax.set_ylabel("GB per GPU")
+    ax.set_ylim(0, top)
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax.figure
+
+
+def draw_time_breakdown(plans: dict, ax=None, title=None):
+    """Where each plan's step goes: one horizontal stacked bar per plan (the first on top) of
+    `breakdown`'s parts, with the step time and MFU at its end; a plan that does not fit is named in red.
+    Parts that are zero in every plan are left out (and out of the legend). Returns the Figure."""
+    rows, n = list(plans.values()), len(plans)
+    ax = _new_ax(ax, (9, 1.3 + 0.55 * n))
+    parts = [k for k in dict.fromkeys(k for p in rows for k in p["breakdown"])
+             if any(p["breakdown"].get(k, 0) > 0 for p in rows)]
+    end = max([p["step_seconds"] for p in rows] + [sum(p["breakdown"].values()) for p in rows]) or 1.0
+    scale, unit = _time_unit(end)
+    left = [0.0] * n
+    for part in parts:
+        widths = [p["breakdown"].get(part, 0.0) * scale for p in rows]
+        ax.barh(range(n), widths, 0.6, left=left, color=TIME_COLOR.get(part, "#999999"), gid=part,
+                hatch="//" if part == "pp_bubble" else None, edgecolor="white", linewidth=0.5,
+                label=part.replace("_", " "))
+        left = [a + w for a, w in zip(left, widths)]
+    for i, p in enumerate(rows):
+        ax.text(max(left[i], p["step_seconds"] * scale) + 0.01 * end * scale, i,
+                f"{p['step_seconds'] * scale:.3g} {unit}   MFU {p['mfu']:.0%}", va="center", fontsize=8, gid="total")
+    ax.set_yticks(range(n), [k if p["fits"] else f"{k}\n(does not fit)" for k, p in plans.items()], fontsize=8)
+    for tick, p in zip(ax.get_yticklabels(), rows):
+        tick.set_color("black" if p["fits"] else "#d62728")
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_xlim(0, end * scale * 1.3)  # room for the text at the longest bar's end
+    ax.set_xlabel(f"time per step ({unit})")
+    ax.spines[["top", "right"]].set_visible(False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    if title:
+        ax.set_title(title, fontsize=10)
+    return ax.figure
+
+
+COLUMNS = ("#", "tp", "pp", "dp", "b", "schedule×v", "zero", "offload", "SP", "recompute", "GB/GPU", "s/step",
+           "MFU")
+TEXT_COLUMNS = {"schedule×v", "offload", "SP", "recompute"}  # left-aligned; numbers align right
+
+
+def _config_row(i: int, plan: dict) -> list[str]:
+    c = plan["config"]
+    yes = {True: "yes", False: "no"}
+    return [str(i), str(c["tp"]), str(c["pp"]), str(c["dp"]), str(c["microbatch"]),
+            c["schedule"] + (f"×{c['chunks']}" if c["chunks"] > 1 else ""), str(c["zero"]), yes[c["offload"]],
+            yes[c["sequence_parallel"]], c["recompute"], f"{plan['bytes_per_gpu']['total'] / GB:.2f}",
+            f"{plan['step_seconds']:.4g}", f"{plan['mfu']:.1%}"]
+
+
+def advisor_text(result: dict, top: int = 5) -> str:
+    """`advisor.search`'s verdict as fixed-width text: its `top` best plans (best first), why it chose the
+    best, its notes, and what it rejected (reason: count). Numbers have fixed precision, for nbval."""
+    shown = result["candidates"][:top]
+    rejected = sum(result["rejected"].values())
+    lines = [f"{result['plans']} plans evaluated, {rejected} rejected"
+             + (f"; the {len(shown)} fastest that fit:" if shown else ": no plan fits")]
+    table = [list(COLUMNS)] + [_config_row(i, p) for i, p in enumerate(shown, 1)]
+    widths = [max(len(row[c]) for row in table) for c in range(len(COLUMNS))]
+    lines += ["  ".join(v.ljust(w) if COLUMNS[c] in TEXT_COLUMNS else v.rjust(w)
+                        for c, (v, w) in enumerate(zip(row, widths))).rstrip() for row in table if shown]
+    lines += ["why:"] + [f"  {line}" for line in result["explanation"]]
+    if result["notes"]:
+        lines += ["notes:"] + [f"  {line}" for line in result["notes"]]
+    if result["rejected"]:
+        lines += ["rejected:"] + [f"  {count:>6}  {reason}" for reason, count in result["rejected"].items()]
+    return "\n".join(lines)

@@ -1,0 +1,123 @@
+"""simlab.sim.hardware: the datasheet presets stay as published; this machine's calibration is saved, merged,
+loaded back (nearest world size when the asked one was not measured) and refused in one line when missing."""
+import ast
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import simlab.sim.hardware as hw
+from simlab.sim.hardware import GB, GPUS, calibrated_gpu, calibration_path, cluster, load_calibration, save_calibration
+
+FIELDS = {"matmul_flops": 4.2e10, "elementwise_bandwidth": 6e9, "op_overhead": 6.5e-6, "ring_alpha": 8e-4,
+          "ring_bandwidth": 1.1e9, "backend": "gloo", "date": "2025-01-01T00:00:00", "cpu_count": 2}
+
+
+@pytest.fixture
+def calib(tmp_path, monkeypatch):
+    path = tmp_path / "deep" / "dir" / "calibration.json"  # the directory does not exist yet
+    monkeypatch.setenv("SIMLAB_CALIBRATION", str(path))
+    return path
+
+
+def test_presets_unchanged():
+    a100, h100, rtx = GPUS["a100-80gb"], GPUS["h100-80gb"], GPUS["rtx-4090"]
+    assert (a100.peak_flops, a100.matmul_efficiency, a100.hbm_bandwidth, a100.intra_bandwidth, a100.intra_alpha,
+            a100.host_bandwidth, a100.memory) == (312e12, 0.68, 2039 * GB, 235 * GB, 3.4e-6, 25 * GB, 80 * GB)
+    assert (h100.peak_flops, h100.matmul_efficiency, h100.hbm_bandwidth, h100.intra_bandwidth) == (989e12, 0.63,
+                                                                                                 3350 * GB, 376 * GB)
+    assert (rtx.peak_flops, rtx.memory, rtx.intra_alpha) == (165.2e12, 24 * GB, 5.7e-6)
+    assert all(g.op_overhead == 0.0 for g in GPUS.values())  # the new field leaves every preset as it was
+    placeholder = GPUS["cpu-this-machine"]
+    assert (placeholder.peak_flops, placeholder.source) == (50e9, "placeholder until calibrated on this machine")
+    c = cluster("a100-80gb", gpus=16)
+    assert (c.nodes, c.gpus_per_node, c.inter_bandwidth) == (2, 8, 22.5e9)
+    assert cluster(gpus=4).gpus_per_node == 4 and cluster(gpus=64, gpus_per_node=4).nodes == 16
+
+
+def test_path_default_and_env(monkeypatch, tmp_path):
+    monkeypatch.delenv("SIMLAB_CALIBRATION", raising=False)
+    assert calibration_path() == Path.home() / ".cache" / "simlab" / "calibration.json"
+    monkeypatch.setenv("SIMLAB_CALIBRATION", str(tmp_path / "x.json"))
+    assert calibration_path() == tmp_path / "x.json"
+
+
+def test_round_trip_and_merge(calib):
+    assert load_calibration() == {}
+    assert save_calibration(4, FIELDS) == calib
+    assert save_calibration(2, FIELDS | {"matmul_flops": 8.4e10}) == calib
+    data = json.loads(calib.read_text())  # strict JSON, world sizes as string keys
+    assert sorted(data) == ["2", "4"] and data["4"] == FIELDS and data["2"]["matmul_flops"] == 8.4e10
+    assert load_calibration() == data
+    save_calibration(4, FIELDS | {"ring_alpha": 1e-3})  # a new measurement replaces that world size only
+    assert load_calibration()["4"]["ring_alpha"] == 1e-3 and load_calibration()["2"]["ring_alpha"] == 8e-4
+    assert [p.name for p in calib.parent.iterdir()] == ["calibration.json"]  # no temporary file left
+
+
+def test_calibrated_gpu_fields(calib):
+    save_calibration(4, FIELDS)
+    g = calibrated_gpu(4)
+    ram = hw.os.sysconf("SC_PAGE_SIZE") * hw.os.sysconf("SC_PHYS_PAGES")
+    assert g.name == "cpu-this-machine"
+    assert (g.peak_flops, g.matmul_efficiency, g.matmul_flops) == (4.2e10, 1.0, 4.2e10)
+    assert g.hbm_bandwidth == g.host_bandwidth == 6e9
+    assert (g.intra_bandwidth, g.intra_alpha, g.op_overhead) == (1.1e9, 8e-4, 6.5e-6)
+    assert g.memory == pytest.approx(ram / 4)
+    assert g.source.startswith("measured with 4 processes;") and str(calib) in g.source
+
+
+def test_nearest_world_size(calib):
+    save_calibration(2, FIELDS | {"matmul_flops": 8e10})
+    save_calibration(8, FIELDS | {"matmul_flops": 2e10})
+    assert calibrated_gpu(2).source.startswith("measured with 2 processes;")
+    g = calibrated_gpu(3)
+    assert g.peak_flops == 8e10 and "measured with 2 processes, the nearest to 3" in g.source
+    assert calibrated_gpu(16).peak_flops == 2e10
+    assert calibrated_gpu(5).peak_flops == 2e10  # a tie goes to the larger (more sharing: cautious)
+    assert calibrated_gpu(3).memory == pytest.approx(2 * calibrated_gpu(6).memory)  # RAM over the asked size
+
+
+def test_cluster_uses_the_calibration(calib):
+    placeholder = cluster("cpu-this-machine", gpus=4)
+    assert placeholder.gpu is GPUS["cpu-this-machine"] and placeholder.nodes == 1
+    save_calibration(4, FIELDS)
+    c = cluster("cpu-this-machine", gpus=4)
+    assert c.gpu == calibrated_gpu(4) and c.gpus_per_node == 4 and c.nodes == 1
+    assert cluster("cpu-this-machine", gpus=12).gpus_per_node == 12  # this machine is one node
+    assert cluster("a100-80gb", gpus=4).gpu is GPUS["a100-80gb"]  # other presets ignore the file
+
+
+def test_missing_calibration_is_one_line(calib):
+    with pytest.raises(ValueError) as err:
+        calibrated_gpu(4)
+    assert "simlab calibrate --world-size 4" in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]", '{"four": {}}'])
+def test_corrupt_file_is_one_line(calib, text):
+    calib.parent.mkdir(parents=True)
+    calib.write_text(text)
+    with pytest.raises(ValueError, match="simlab calibrate") as err:
+        calibrated_gpu(4)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("key, value", [("matmul_flops", 0), ("ring_bandwidth", math.inf), ("op_overhead", None),
+                                        ("elementwise_bandwidth", math.nan), ("ring_alpha", -1e-3)])
+def test_save_refuses_bad_fields(calib, key, value):
+    with pytest.raises(ValueError, match=f"^{key}="):
+        save_calibration(2, FIELDS | {key: value})
+    assert not calib.exists()
+
+
+def test_no_torch_import():
+    tree = ast.parse(Path(hw.__file__).read_text(encoding="utf-8"))
+    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {n for n in names if n.split(".")[0] in ("torch", "psutil", "matplotlib")}
+    import subprocess
+    import sys
+    code = "import sys, simlab.sim.hardware; print(sorted(m for m in sys.modules if m.split('.')[0] == 'torch'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
