@@ -36,6 +36,7 @@ bench: setup
 	$(BIN)/python benchmarks/pipeline.py
 	$(BIN)/python benchmarks/tensor_parallel.py
 	$(BIN)/python benchmarks/advisor.py
+	$(BIN)/python benchmarks/hybrid.py
 
 # every lesson's parity on NCCL and ZeRO's CUDA memory vs the model (needs NVIDIA GPUs; prints a table)
 gpu-check: setup

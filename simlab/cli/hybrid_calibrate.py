@@ -46,7 +46,7 @@ def show(out: dict) -> None:
           f"{len(out['matmul_flops_by_shape'])} shapes)")
     print(f"  element-wise     {out['elementwise_bandwidth'] / 1e9:10.3g} GB/s      "
           f"(add, gelu, copy: bytes read + written)")
-    print(f"  op overhead      {out['op_overhead'] * 1e6:10.3g} µs        (x.add_(1) on one element)")
+    print(f"  op overhead      {out['op_overhead'] * 1e6:10.3g} µs        (per aten call, tiny autograd step)")
     print(f"  ring α           {out['ring_alpha'] * 1e6:10.4g} µs        per ring step (our ring all-reduce)")
     print(f"  ring β           {out['ring_bandwidth'] / 1e9:10.3g} GB/s      per link")
     print(f"saved to {out['saved_to']}: simlab plan --gpu cpu-this-machine --gpus {out['world_size']} uses it")

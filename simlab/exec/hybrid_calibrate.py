@@ -6,7 +6,9 @@ the cores, exactly as a real 3-D run will) and each one measures, while all are 
   - matmul FLOP/s: fp32 `torch.mm` of a transformer layer's MLP shapes, (b·s, h) × (h, 4h);
   - element-wise bandwidth: bytes read + written per second by `add`, `gelu`, `copy_` on tensors larger
     than the last-level cache (the model's norms, GeLU, dropout are memory-bound);
-  - per-operation overhead: seconds of a tiny op (`x.add_(1)` on one element): Python, dispatch, launch;
+  - per-operation overhead: seconds per aten call of a tiny autograd forward + backward (a chain of
+    multiplies on 4 numbers, counted with a `TorchDispatchMode`): Python, dispatch, autograd, launch — the
+    fixed cost `hybrid_time` charges per operation it counts in a layer (`hybrid_time.OPS_LAYER`);
   - α (seconds per ring step) and β (bytes/s) of OUR ring all-reduce (`exec.collectives.ring_all_reduce`),
     fitted over a sweep of sizes by lesson 1's least squares (`simlab.sim.calibrate.fit_alpha_beta`).
 Compute rates are time-boxed: every rank repeats its op for `window` seconds, all ranks in the same window
@@ -24,6 +26,7 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._checks import check_int, check_positive
 from ..sim.calibrate import fit_alpha_beta
@@ -33,6 +36,7 @@ from .launch import device, launch, resolve_backend
 MATMUL_SHAPES = ((256, 128), (512, 256), (1024, 256), (1024, 512))  # (b·s tokens, h): (b·s, h) × (h, 4h)
 RING_BYTES = tuple(4096 * 4 ** k for k in range(7))  # 4 KiB … 16 MiB, per all-reduce buffer
 RING_CALLS = 4  # all-reduces per timed sample
+CHAIN = 16  # multiplies in the tiny autograd graph that measures the per-operation overhead
 MIN_ELEMENTWISE = 1 << 22  # floats per element-wise operand: at least 16 MiB (and twice the L3 cache)
 
 
@@ -100,13 +104,41 @@ def _measure_rank(rank, world_size, repeats, window) -> dict:
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     cuda = dev.type == "cuda"
     matmul, elementwise = _matmul(dev, repeats, window, sync), _elementwise(dev, repeats, window, sync)
-    one = torch.zeros(1, device=dev)
+    tiny, ops = _tiny_autograd(dev)
     return {"device": torch.cuda.get_device_name(dev) if cuda else "cpu",
             "device_memory": torch.cuda.get_device_properties(dev).total_memory if cuda else None,
             "matmul_by_shape": matmul, "matmul_flops": float(np.median(list(matmul.values()))),
             "elementwise_by_op": elementwise, "elementwise_bandwidth": float(np.median(list(elementwise.values()))),
-            "op_overhead": 1 / _rates(lambda: one.add_(1), repeats, window, sync),
+            "op_overhead": 1 / (ops * _rates(tiny, repeats, window, sync)),
             "ring": _ring(dev, repeats, sync)}
+
+
+class _CountOps(TorchDispatchMode):
+    """Counts the aten calls made while it is active."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _tiny_autograd(dev):
+    """(step, aten calls per step): forward and backward through CHAIN multiplies of 4 numbers."""
+    x = torch.ones(4, device=dev, requires_grad=True)
+
+    def step():
+        x.grad = None
+        y = x
+        for _ in range(CHAIN):
+            y = y * 1.0
+        y.sum().backward()
+
+    with _CountOps() as count:
+        step()
+    return step, count.calls
 
 
 def _matmul(dev, repeats, window, sync) -> dict:

@@ -39,12 +39,12 @@ EPS = 1e-5  # Adam's eps in both runs (`simlab.exec.hybrid.DataParallelAdam` say
 
 
 def shape_for(tp: int, pp: int, chunks: int = 1, layers: int | None = None, hidden: int | None = None,
-              heads: int | None = None) -> Transformer:
+              heads: int | None = None, seq: int | None = None) -> Transformer:
     """A GPT small enough for 8 processes on 2 cores: by default 2 heads of 4 features per TP rank, two
-    layers per chunk and a vocabulary the TP ranks split evenly (Transformer checks heads | hidden)."""
+    layers per chunk, 8 tokens and a vocabulary the TP ranks split evenly (Transformer checks heads | hidden)."""
     heads = heads or 2 * tp
-    return Transformer("gpt-3d", layers or 2 * pp * chunks, hidden or 4 * heads, heads, seq=8, vocab=16 * tp,
-                       tied=False)
+    return Transformer("gpt-3d", layers or 2 * pp * chunks, hidden or 4 * heads, heads, seq=seq or 8,
+                       vocab=16 * tp, tied=False)
 
 
 def _full_names(chunks: dict, per: int) -> dict:
@@ -120,8 +120,9 @@ def _assemble(ranks: list[dict]) -> tuple[dict, float]:
     return replicas[0], drift
 
 
-def check_hybrid(dp, pp, tp, zero, schedule, chunks, microbatches, steps, **sizes) -> None:
-    for name, value in (("dp", dp), ("pp", pp), ("tp", tp), ("chunks", chunks), ("steps", steps)):
+def check_hybrid(dp, pp, tp, zero, schedule, chunks, microbatches, steps, microbatch=2, **sizes) -> None:
+    for name, value in (("dp", dp), ("pp", pp), ("tp", tp), ("chunks", chunks), ("steps", steps),
+                        ("microbatch", microbatch)):
         check_int(name, value, 1)
     check_int("zero", zero, 0, 1)
     check_choice("schedule", schedule, SCHEDULES)
@@ -131,19 +132,21 @@ def check_hybrid(dp, pp, tp, zero, schedule, chunks, microbatches, steps, **size
 
 
 def prepare(dp, pp, tp, zero=0, schedule="1f1b", chunks=1, microbatches=None, steps=3, layers=None, hidden=None,
-            heads=None, seed=0, lr=1e-2, world_size=None, backend="auto", timeout=120.0, variants=()):
+            heads=None, seed=0, lr=1e-2, world_size=None, backend="auto", timeout=120.0, variants=(), seq=None,
+            microbatch=2):
     """Every check, before anything runs: (model, plans, global batch, backend)."""
-    check_hybrid(dp, pp, tp, zero, schedule, chunks, microbatches, steps, layers=layers, hidden=hidden, heads=heads)
+    check_hybrid(dp, pp, tp, zero, schedule, chunks, microbatches, steps, microbatch, layers=layers, hidden=hidden,
+                 heads=heads, seq=seq)
     world_size = dp * pp * tp if world_size is None else world_size
     if world_size != dp * pp * tp:
         raise ValueError(f"world_size={world_size}: must be dp × pp × tp = {dp} × {pp} × {tp}")
     backend = check_run(world_size, backend, timeout, seed)
     check_positive("lr", lr)
-    plans = [Plan(tp=tp, pp=pp, dp=dp, microbatch=2, zero=zero, schedule=schedule, chunks=chunks)]
+    plans = [Plan(tp=tp, pp=pp, dp=dp, microbatch=microbatch, zero=zero, schedule=schedule, chunks=chunks)]
     plans += [plans[0].with_(**v) for v in variants]
-    model = shape_for(tp, pp, max(p.chunks for p in plans), layers, hidden, heads)
+    model = shape_for(tp, pp, max(p.chunks for p in plans), layers, hidden, heads, seq)
     check_divisible("vocab", model.vocab, "tp", tp)
-    batch = dp * 2 * (microbatches or 2 * pp)
+    batch = dp * microbatch * (microbatches or 2 * pp)
     for plan in plans:
         check_plan(model, plan, world_size, batch)
         layers_per_chunk(model.layers, plan)
@@ -154,11 +157,12 @@ def run_hybrid(dp: int = 2, pp: int = 2, tp: int = 2, zero: int = 0, schedule: s
                microbatches: int | None = None, steps: int = 3, layers: int | None = None, hidden: int | None = None,
                heads: int | None = None, seed: int = 0,
                lr: float = 1e-2, world_size: int | None = None, backend: str = "auto", timeout: float = 120.0,
-               variants: tuple = ()) -> dict:
+               variants: tuple = (), seq: int | None = None, microbatch: int = 2) -> dict:
     """One launch of dp·pp·tp ranks; `variants` (dicts of zero/schedule/chunks) train more plans in the same
-    launch and come back under "variants". m defaults to 2·p micro-batches of 2 sequences per replica."""
+    launch and come back under "variants". m defaults to 2·p micro-batches of `microbatch` sequences of `seq`
+    tokens per replica."""
     model, plans, batch, backend = prepare(dp, pp, tp, zero, schedule, chunks, microbatches, steps, layers, hidden,
-                                           heads, seed, lr, world_size, backend, timeout, variants)
+                                           heads, seed, lr, world_size, backend, timeout, variants, seq, microbatch)
     world_size = dp * pp * tp
     shape = {"layers": model.layers, "hidden": model.hidden, "heads": model.heads, "seq": model.seq,
              "vocab": model.vocab}
@@ -187,7 +191,8 @@ def _result(model, plan, ranks, batch, ref_losses, ref_params, backend) -> dict:
     t0 = min(r["t0"] for r in ranks)
     return result(
         world_size=mesh.world_size, backend=ranks[0]["backend"],
-        trace=Trace(replace(e, start=e.start - t0, end=e.end - t0) for r in ranks for e in r["events"][-1]),
+        trace=Trace(replace(e, rank=i, start=e.start - t0, end=e.end - t0)  # the last step, global ranks
+                    for i, r in enumerate(ranks) for e in r["events"][-1]),
         bytes_sent_per_rank=[sum(measured[k][i] for k in KINDS) for i in range(mesh.world_size)],
         max_abs_diff_vs_reference=max([abs(a - b) for a, b in zip(losses, ref_losses)]
                                       + [max_abs_diff(whole, ref_params), drift]),
@@ -200,5 +205,19 @@ def _result(model, plan, ranks, batch, ref_losses, ref_params, backend) -> dict:
         measured_memory_per_rank=[r["memory"] for r in ranks],
         predicted_memory_per_rank=[rank_states(model, plan, r["coords"][0]) for r in ranks],
         measured_step_seconds=statistics.median(timed),
-        predicted_step_seconds=step(model, plan, gpus, batch, precision="fp32")["step_seconds"],
+        predicted_step_seconds=step(model, plan, gpus, batch, precision="fp32", executor=True)["step_seconds"],
+        model={"layers": model.layers, "hidden": model.hidden, "heads": model.heads, "seq": model.seq,
+               "vocab": model.vocab}, global_batch=batch,
         max_abs_diff_across_replicas=drift)
+
+
+def predicted_trace(result: dict) -> Trace:
+    """The model's pipeline timeline for a `run_hybrid` result, per global rank (lesson 4's simulator with this
+    machine's calibrated stage times, `sim.hybrid_time.pipeline_trace`): draw it above `result["trace"]`."""
+    from ..sim.hardware import cluster
+    from ..sim.hybrid_time import pipeline_trace
+    plan, shape = Plan(**result["config"]), result["model"]
+    model = Transformer("gpt-3d", shape["layers"], shape["hidden"], shape["heads"], seq=shape["seq"],
+                        vocab=shape["vocab"], tied=False)
+    gpus = cluster("cpu-this-machine" if result["backend"] == "gloo" else "a100-80gb", gpus=result["world_size"])
+    return pipeline_trace(model, plan, gpus, result["global_batch"], Mesh(plan.pp, plan.dp, plan.tp))

@@ -228,12 +228,15 @@ def draw_plan_memory(plans: dict, gpu_memory: float, ax=None, title=None):
 def draw_time_breakdown(plans: dict, ax=None, title=None):
     """Where each plan's step goes: one horizontal stacked bar per plan (the first on top) of
     `breakdown`'s parts, with the step time and MFU at its end; a plan that does not fit is named in red.
-    Parts that are zero in every plan are left out (and out of the legend). Returns the Figure."""
+    Parts that are zero in every plan are left out (and out of the legend). Bars longer than MAX_OVER× the
+    fastest plan run off the right edge (their time is written there, after an arrow), so the others stay
+    readable. Returns the Figure."""
     rows, n = list(plans.values()), len(plans)
     ax = _new_ax(ax, (9, 1.3 + 0.55 * n))
     parts = [k for k in dict.fromkeys(k for p in rows for k in p["breakdown"])
              if any(p["breakdown"].get(k, 0) > 0 for p in rows)]
-    end = max([p["step_seconds"] for p in rows] + [sum(p["breakdown"].values()) for p in rows]) or 1.0
+    longest = max([p["step_seconds"] for p in rows] + [sum(p["breakdown"].values()) for p in rows]) or 1.0
+    end = min(longest, MAX_OVER * (min(p["step_seconds"] for p in rows) or longest))
     scale, unit = _time_unit(end)
     left = [0.0] * n
     for part in parts:
@@ -243,8 +246,11 @@ def draw_time_breakdown(plans: dict, ax=None, title=None):
                 label=part.replace("_", " "))
         left = [a + w for a, w in zip(left, widths)]
     for i, p in enumerate(rows):
-        ax.text(max(left[i], p["step_seconds"] * scale) + 0.01 * end * scale, i,
-                f"{p['step_seconds'] * scale:.3g} {unit}   MFU {p['mfu']:.0%}", va="center", fontsize=8, gid="total")
+        tip = max(left[i], p["step_seconds"] * scale)
+        cut = tip > end * scale * 1.0001  # past the right edge
+        ax.text(min(tip, end * scale) + 0.01 * end * scale, i, ("→ " if cut else "")
+                + f"{p['step_seconds'] * scale:.3g} {unit}   MFU {p['mfu']:.0%}", va="center", fontsize=8, gid="total",
+                bbox=dict(facecolor="white", edgecolor="none", pad=1, alpha=0.85) if cut else None)
     ax.set_yticks(range(n), [k if p["fits"] else f"{k}\n(does not fit)" for k, p in plans.items()], fontsize=8)
     for tick, p in zip(ax.get_yticklabels(), rows):
         tick.set_color("black" if p["fits"] else "#d62728")
@@ -258,23 +264,22 @@ def draw_time_breakdown(plans: dict, ax=None, title=None):
     return ax.figure
 
 
-COLUMNS = ("#", "tp", "pp", "dp", "b", "schedule×v", "zero", "offload", "SP", "recompute", "GB/GPU", "s/step",
-           "MFU")
+COLUMNS = ("#", "tp", "pp", "dp", "b", "schedule×v", "zero", "offload", "SP", "recompute", "GB/GPU", "s/step", "MFU")
 TEXT_COLUMNS = {"schedule×v", "offload", "SP", "recompute"}  # left-aligned; numbers align right
 
 
 def _config_row(i: int, plan: dict) -> list[str]:
-    c = plan["config"]
-    yes = {True: "yes", False: "no"}
+    c, yes = plan["config"], {True: "yes", False: "no"}
     return [str(i), str(c["tp"]), str(c["pp"]), str(c["dp"]), str(c["microbatch"]),
             c["schedule"] + (f"×{c['chunks']}" if c["chunks"] > 1 else ""), str(c["zero"]), yes[c["offload"]],
             yes[c["sequence_parallel"]], c["recompute"], f"{plan['bytes_per_gpu']['total'] / GB:.2f}",
             f"{plan['step_seconds']:.4g}", f"{plan['mfu']:.1%}"]
 
 
-def advisor_text(result: dict, top: int = 5) -> str:
+def advisor_text(result: dict, top: int = 5, max_reasons: int = 8) -> str:
     """`advisor.search`'s verdict as fixed-width text: its `top` best plans (best first), why it chose the
-    best, its notes, and what it rejected (reason: count). Numbers have fixed precision, for nbval."""
+    best, its notes, and what it rejected (reason: count; the `max_reasons` commonest, then the rest summed).
+    Numbers have fixed precision, for nbval."""
     shown = result["candidates"][:top]
     rejected = sum(result["rejected"].values())
     lines = [f"{result['plans']} plans evaluated, {rejected} rejected"
@@ -287,5 +292,8 @@ def advisor_text(result: dict, top: int = 5) -> str:
     if result["notes"]:
         lines += ["notes:"] + [f"  {line}" for line in result["notes"]]
     if result["rejected"]:
-        lines += ["rejected:"] + [f"  {count:>6}  {reason}" for reason, count in result["rejected"].items()]
+        reasons = list(result["rejected"].items())
+        lines += ["rejected:"] + [f"  {count:>6}  {reason}" for reason, count in reasons[:max_reasons]]
+        rest = reasons[max_reasons:]
+        lines += [f"  {sum(n for _, n in rest):>6}  … for {len(rest)} more reasons"] if rest else []
     return "\n".join(lines)

@@ -203,3 +203,23 @@ def evaluate_plan(model: Transformer, c: Cluster, global_batch: int, plan: Plan)
     keys = ("params", "grads", "optimizer", "activations", "total")
     return {"config": plan.to_dict(), "fits": bool(fits), "bytes_per_gpu": {key: mem[key] for key in keys},
             "cpu_bytes_per_gpu": mem["cpu"], **time}
+
+
+def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str = "mixed",
+              families: tuple | None = None) -> dict:
+    """{family: its fastest plan that fits, else its plan needing the least memory (fits False)}, in the
+    order of `families` (default: every family the search finds): the winner beside the strategies that lose,
+    for `render.hybrid.draw_plan_memory` / `draw_time_breakdown`."""
+    check_int("global_batch", global_batch, 1)
+    k = candidates(model, c, global_batch, {})
+    mem, time, fits = evaluate(model, c, global_batch, k, precision)
+    names = _families(k).astype(str)
+    out = {}
+    for name in families if families is not None else dict.fromkeys(names):
+        members = np.flatnonzero(names == name)
+        if not len(members):
+            continue
+        fitting = members[fits[members]]
+        i = fitting[np.argmin(time["step_seconds"][fitting])] if len(fitting) else members[np.argmin(mem["total"][members])]
+        out[str(name)] = describe(mem, time, fits, k, i)
+    return out

@@ -19,6 +19,9 @@ Teaches, on the most loaded stage's GPU (`hybrid.layers_per_stage` layers, plus 
   far as that micro-batch's compute covers it. With PP m is large: that is why the primer keeps only
   ZeRO-1 with pipelining;
 - Offload: gradients down and parameters up over PCIe, Adam on the host's cores, not overlapped.
+- fixed costs per operation (`GPU.op_overhead`, 0 on the datasheet GPUs): the counted aten calls of each
+  layer, the embedding, head and loss, and the optimizer — what dominates lesson 6's tiny model on a CPU.
+`executor=True` models the course's own executor instead of Megatron: nothing overlapped, Adam unfused.
 Outputs step seconds, tokens/s and MFU (model FLOPs, no recomputation, over the GPUs' peak).
 
     >>> from simlab.sim.model import PRESETS
@@ -26,12 +29,15 @@ Outputs step seconds, tokens/s and MFU (model FLOPs, no recomputation, over the 
     >>> from simlab.sim.hybrid import Plan
     >>> t = step(PRESETS["megatron-1t"], Plan(tp=8, pp=64, recompute="full"), cluster(gpus=512), global_batch=512)
     >>> round(t["step_seconds"], 1), round(t["mfu"], 3)  # published: 94.42 s (Korthikanti Table 5)
-    (104.2, 0.386)
+    (104.8, 0.384)
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
+from ..trace import Trace
 from .hardware import Cluster
 from .hybrid import ACTIVATION_BYTES, SCHEDULES, STATE_BYTES, Plan
 from .hybrid_memory import Knobs, knobs, layer_activation_bytes, stage_params
@@ -42,7 +48,19 @@ from .model import Transformer
 # with sequence parallelism, which keeps fewer activations): every other published time the tests
 # compare with (Table 4's backward and recompute rows, Table 5, Narayanan et al.'s Table 1) is a prediction.
 K_ELEMENTWISE = 2.3
-ADAM_BYTES = 32  # per parameter an optimizer step reads and writes on the GPU (memory-bound)
+ADAM_BYTES = 32  # per parameter a fused optimizer step reads and writes on the GPU (memory-bound)
+# The course's executor, fp32 and unfused: Adam's seven in-place or temporary passes (`exec.zero.adam_update`:
+# lerp 12, mul 8, addcmul 12, sqrt 8, div 8, add 8, addcdiv 16 bytes per parameter) plus DataParallelAdam's
+# gather of gradients and parameters into flat buffers, the 1/N scaling and the copy back (4 × 8).
+EXECUTOR_ADAM_BYTES = 72 + 32
+# Fixed costs, in operations (torch's aten calls) of `GPU.op_overhead` seconds each: nothing on a GPU's big
+# layers (the datasheet presets have op_overhead = 0), most of the step for lesson 6's tiny model on a CPU.
+# Counted on the course's own GPT (`simlab.exec.models`) by tests/exec/test_hybrid_ops.py, which fails if the
+# model's code changes its count: per layer forward and backward, the embedding + head + loss around them,
+# and per parameter tensor in the optimizer (gather into the flat buffer, scatter back) plus Adam's own.
+OPS_LAYER = {"forward": 39, "backward": 96}
+OPS_OUTSIDE = {"forward": 13, "backward": 17}
+OPS_PER_TENSOR, OPS_ADAM, TENSORS_PER_LAYER, TENSORS_OUTSIDE = 8, 16, 16, 5
 
 
 def _ring(steps, fraction, nbytes, alpha, bandwidth):
@@ -75,17 +93,23 @@ def layer_seconds(model: Transformer, k: Knobs, c: Cluster, precision: str) -> d
     tokens = k.b * s
     (tp_a, tp_bw), _, _ = _links(c, k)
     matmul = model.layer_flops(tokens) / k.tp / gpu.matmul_flops
-    forward = matmul + K_ELEMENTWISE * layer_activation_bytes(model, k, recompute=0) * a_b / 2 / gpu.hbm_bandwidth
+    work = matmul + K_ELEMENTWISE * layer_activation_bytes(model, k, recompute=0) * a_b / 2 / gpu.hbm_bandwidth
+    forward, backward = work + OPS_LAYER["forward"] * gpu.op_overhead, 2 * work + OPS_LAYER["backward"] * gpu.op_overhead
     selective = (4 * tokens * s * h / k.tp / gpu.matmul_flops
                  + K_ELEMENTWISE * 5 * model.heads * s * s * k.b / k.tp * a_b / 2 / gpu.hbm_bandwidth)
-    return {"matmul": matmul, "forward": forward, "backward": 2 * forward,
+    return {"matmul": matmul, "forward": forward, "backward": backward,
             "recompute": np.where(k.recompute == 2, forward, np.where(k.recompute == 1, selective, 0)),
             "tp_collective": np.where(k.tp > 1, _ring(2 * (k.tp - 1), 2 * (k.tp - 1) / k.tp, tokens * h * a_b,
                                                       tp_a, tp_bw), 0)}
 
 
-def step(model: Transformer, plan, c: Cluster, global_batch: int, precision: str | None = None) -> dict:
-    """Seconds per step with a breakdown, tokens/s and MFU for `plan` (a `Plan`, or `Knobs` of arrays)."""
+def step(model: Transformer, plan, c: Cluster, global_batch: int, precision: str | None = None,
+         executor: bool = False) -> dict:
+    """Seconds per step with a breakdown, tokens/s and MFU for `plan` (a `Plan`, or `Knobs` of arrays).
+    `executor`: False models a production framework — Megatron hides the backward's TP all-reduces behind
+    the weight-gradient matmuls, DDP the gradient reduction behind the last backward, Adam is fused; True
+    models the course's own executor (`simlab.exec.hybrid`, what `parity.hybrid` predicts), which runs every
+    collective in turn and Adam as separate passes (EXECUTOR_ADAM_BYTES)."""
     k = knobs(plan) if isinstance(plan, Plan) else plan
     precision = precision or plan.precision
     (p_b, g_b, _), a_b = STATE_BYTES[precision], ACTIVATION_BYTES[precision]
@@ -96,12 +120,19 @@ def step(model: Transformer, plan, c: Cluster, global_batch: int, precision: str
     one = layer_seconds(model, k, c, precision)
     tc = one["tp_collective"]
     layer_compute = one["forward"] + one["backward"] + one["recompute"]
-    layer_tp = 2 * tc + np.where(k.recompute == 2, 2 * tc, 0) + np.maximum(0, 2 * tc - one["matmul"])  # bwd hides
+    hidden_bwd = np.maximum(0, 2 * tc - one["matmul"]) if not executor else 2 * tc  # the backward's pair hides
+    layer_tp = 2 * tc + np.where(k.recompute == 2, 2 * tc, 0) + hidden_bwd
     logits = (3 * model.logits_flops(tokens) / k.tp / gpu.matmul_flops
-              + K_ELEMENTWISE * 4 * tokens * model.vocab / k.tp / gpu.hbm_bandwidth)  # fp32 logits, loss
+              + K_ELEMENTWISE * 4 * tokens * model.vocab / k.tp / gpu.hbm_bandwidth  # fp32 logits, loss
+              + sum(OPS_OUTSIDE.values()) * gpu.op_overhead)
     v = np.where(k.schedule == SCHEDULES.index("interleaved"), k.v, 1)
     p2p = np.where(k.pp > 1, 2 * v * (pp_a + tokens * h * a_b / k.tp / pp_bw), 0)  # act forward, grad back
-    stage_compute, stage_tp = layers * layer_compute + logits, layers * layer_tp
+    # the vocabulary-parallel embedding all-reduces its (b, s, h) output; the loss its max, sum and target
+    # logit per token (4 bytes each): small beside the layers', not beside a tiny model's
+    (tp_a, tp_bw), _, _ = _links(c, k)
+    edge_tp = np.where(k.tp > 1, _ring(2 * (k.tp - 1), 2 * (k.tp - 1) / k.tp, tokens * h * a_b, tp_a, tp_bw)
+                       + 3 * _ring(2 * (k.tp - 1), 2 * (k.tp - 1) / k.tp, tokens * 4, tp_a, tp_bw), 0)
+    stage_compute, stage_tp = layers * layer_compute + logits, layers * layer_tp + edge_tp
     stage = stage_compute + stage_tp + p2p
     pipeline = stage * pipeline_factor(k, m)
 
@@ -114,7 +145,8 @@ def step(model: Transformer, plan, c: Cluster, global_batch: int, precision: str
     # without pipelining the reduction overlaps the last micro-batch's backward (DDP's buckets); after a
     # pipeline flush it runs alone, as in Megatron's published runs
     last_backward = layers * (one["backward"] + one["recompute"])
-    once = np.where(k.pp == 1, np.maximum(0, reduce - last_backward), reduce) + np.where(k.zero == 1, gather, 0)
+    overlapped = np.maximum(0, reduce - last_backward) if not executor else reduce
+    once = np.where(k.pp == 1, overlapped, reduce) + np.where(k.zero == 1, gather, 0)
     per_mb = reduce + np.where(k.zero == 3, 2 * gather, 0)  # ZeRO-2/3: every micro-batch, beside its compute
     many = m * np.maximum(0, per_mb - stage) + np.where(k.zero == 2, gather, 0)
     dp_time = np.where(d == 1, 0, np.where(k.zero <= 1, once, many))
@@ -122,7 +154,9 @@ def step(model: Transformer, plan, c: Cluster, global_batch: int, precision: str
     shard = np.where(k.zero >= 1, params / d, params)
     pcie = shard * (2 + p_b) / gpu.host_bandwidth  # fp16 gradients down, parameters up
     offload = np.where(k.offload, pcie + shard / (c.host_adam_rate / c.gpus_per_node), 0)
-    optimizer = np.where(k.offload, 0, shard * ADAM_BYTES / gpu.hbm_bandwidth)
+    tensors = layers * TENSORS_PER_LAYER + TENSORS_OUTSIDE
+    optimizer = np.where(k.offload, 0, shard * (EXECUTOR_ADAM_BYTES if executor else ADAM_BYTES) / gpu.hbm_bandwidth
+                         + (OPS_PER_TENSOR * tensors + OPS_ADAM) * gpu.op_overhead)
 
     total = pipeline + dp_time + offload + optimizer
     flops = model.model_flops(global_batch)
@@ -134,3 +168,22 @@ def step(model: Transformer, plan, c: Cluster, global_batch: int, precision: str
         out = {key: ({b: float(x) for b, x in val.items()} if isinstance(val, dict) else float(val))
                for key, val in out.items()}
     return out
+
+
+def pipeline_trace(model: Transformer, plan: Plan, c: Cluster, global_batch: int, mesh, executor: bool = True,
+                   precision: str = "fp32"):
+    """The predicted pipeline part of a step, per global rank of `mesh` (per stage if `mesh` is None): lesson
+    4's simulator (`simlab.sim.pipeline.simulate`) stepping the plan's schedule with each chunk's forward and
+    backward seconds from this model (a micro-batch's stage time, split 1 : 2 and over the v chunks,
+    hand-over included); every rank of a pipeline stage gets its stage's timeline. The real run's trace is
+    drawn beside it (`render.hybrid_run`)."""
+    from .pipeline import simulate
+    from .schedules import make_schedule
+    t = step(model, plan, c, global_batch, precision, executor)
+    m = global_batch // (plan.dp * plan.microbatch)
+    stage = (t["breakdown"]["compute"] + t["breakdown"]["tp_comm"] + t["breakdown"]["pp_p2p"]) / m
+    per_chunk = stage / plan.chunks
+    sim = simulate(make_schedule(plan.schedule, plan.pp, m, plan.chunks), t_f=per_chunk / 3, t_b=2 * per_chunk / 3)
+    if mesh is None:
+        return sim
+    return Trace(replace(e, rank=rank) for rank in range(mesh.world_size) for e in sim.for_rank(mesh.coords(rank)[0]))

@@ -208,7 +208,10 @@ def test_advisor_text_best_plan_first(found):
     assert lines[6].startswith(f"  best: {family(c)}")
     assert ("notes:" in lines) == bool(found["notes"])
     rejected = lines[lines.index("rejected:") + 1:]
-    assert rejected == [f"  {n:>6}  {reason}" for reason, n in found["rejected"].items()]
+    reasons = list(found["rejected"].items())
+    assert rejected[:8] == [f"  {n:>6}  {reason}" for reason, n in reasons[:8]]
+    assert rejected[8:] == ([f"  {sum(n for _, n in reasons[8:]):>6}  … for {len(reasons) - 8} more reasons"]
+                            if len(reasons) > 8 else [])
     assert text == advisor_text(found, top=3)
 
 
@@ -223,3 +226,25 @@ def test_advisor_text_notes_schedules_and_nothing_fits():
     lines = advisor_text(none).splitlines()
     assert lines[0] == f"{none['plans']} plans evaluated, {none['plans']} rejected: no plan fits"
     assert lines[1] == "why:" and lines[2].startswith("  nothing fits")
+
+
+def test_advisor_text_sums_the_rarer_rejections():
+    many = search(PRESETS["gpt3-175b"], cluster(gpus=1024, inter_node_gbps=25), global_batch=1536)
+    reasons = list(many["rejected"].items())
+    assert len(reasons) > 3
+    lines = advisor_text(many, top=1, max_reasons=3).splitlines()
+    rejected = lines[lines.index("rejected:") + 1:]
+    assert rejected[:3] == [f"  {n:>6}  {reason}" for reason, n in reasons[:3]]
+    assert rejected[3:] == [f"  {sum(n for _, n in reasons[3:]):>6}  … for {len(reasons) - 3} more reasons"]
+
+
+def test_time_bars_far_past_the_fastest_are_cut_and_say_so():
+    model, c = PRESETS["gpt3-175b"], cluster(gpus=1024, inter_node_gbps=25)
+    fast = evaluate_plan(model, c, 1536, Plan(tp=8, pp=16, dp=8, zero=1, sequence_parallel=True))
+    slow = evaluate_plan(model, c, 1536, Plan(tp=8, dp=128, zero=3, sequence_parallel=True, recompute="full"))
+    assert slow["step_seconds"] > 4 * fast["step_seconds"]
+    ax = draw_time_breakdown({"fast": fast, "slow": slow}).axes[0]
+    scale = 1.0 if "(s)" in ax.get_xlabel() else 1e3
+    assert ax.get_xlim()[1] == pytest.approx(4 * fast["step_seconds"] * scale * 1.3)
+    totals = [t.get_text() for t in ax.texts if t.get_gid() == "total"]
+    assert not totals[0].startswith("→") and totals[1].startswith("→ ")

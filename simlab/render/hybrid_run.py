@@ -1,0 +1,74 @@
+"""Lesson 6's real 3-D run, shown: what a `parity.hybrid.run_hybrid` result proves, as text, and its timeline
+per rank beside the model's prediction.
+
+- `run_text(result)`: the rank grid's groups, losses against one process, bytes each rank sent on its TP, PP
+  and DP groups against `sim.hybrid_traffic`, each rank's model states against the memory model. Only
+  numbers that do not change from run to run are printed (counts, bytes, 4-decimal losses, pass marks), so
+  nbval can compare it.
+- `time_text(result)`: predicted and measured step time (changes every run: a cell of its own).
+- `draw_predicted_vs_real(predicted, result)`: the simulated pipeline (`sim.hybrid_time.pipeline_trace`) above
+  the real run's last step, every global rank a row, on one time axis.
+
+    >>> r = {"config": {"tp": 1, "pp": 1, "dp": 2, "zero": 0, "schedule": "1f1b", "chunks": 1, "microbatch": 2},
+    ...      "world_size": 2, "backend": "gloo", "groups": {"tp": [[0], [1]], "pp": [[0], [1]], "dp": [[0, 1]]},
+    ...      "losses": [2.8, 2.7], "reference_losses": [2.8, 2.7], "max_abs_diff_vs_reference": 3e-7,
+    ...      "bytes_sent_per_group": {"tp": [0, 0], "pp": [0, 0], "dp": [96, 96]},
+    ...      "predicted_bytes_per_group": {"tp": [0, 0], "pp": [0, 0], "dp": [96, 96]},
+    ...      "measured_memory_per_rank": [{"params": 48, "grads": 48, "optimizer": 96}] * 2,
+    ...      "predicted_memory_per_rank": [{"params": 48, "grads": 48, "optimizer": 96}] * 2}
+    >>> print(run_text(r).splitlines()[0])
+    dp=2 × pp=1 × tp=1 = 2 processes (gloo), 1F1B, ZeRO-1 off
+"""
+from __future__ import annotations
+
+from ..sim.mesh import KINDS
+from .pipeline import draw_sim_vs_real
+from .text import rows_table
+
+TOLERANCE = 1e-5  # the parity promise: losses and parameters within this of one process
+
+
+def _header(result: dict) -> str:
+    c = result["config"]
+    schedule = "interleaved 1F1B" + f" (v={c['chunks']})" if c["schedule"] == "interleaved" else "1F1B"
+    return (f"dp={c['dp']} × pp={c['pp']} × tp={c['tp']} = {result['world_size']} processes ({result['backend']}), "
+            f"{schedule}, ZeRO-1 {'on' if c['zero'] else 'off'}")
+
+
+def run_text(result: dict) -> str:
+    """What the run proves, in numbers that are the same every time it runs."""
+    ok = {True: "✓", False: "✗"}
+    diff = result["max_abs_diff_vs_reference"]
+    lines = [_header(result)]
+    lines += [f"  {kind} groups: " + " ".join("[" + " ".join(map(str, g)) + "]" for g in result["groups"][kind])
+              for kind in KINDS]
+    lines.append("loss per step, mean over replicas: "
+                 + ", ".join(f"{loss:.4f}" for loss in result["losses"]) + "   one process: "
+                 + ", ".join(f"{loss:.4f}" for loss in result["reference_losses"]))
+    lines.append(f"losses and every parameter after the last step within {TOLERANCE:g} of one process: "
+                 f"{ok[diff <= TOLERANCE]}")
+    measured, predicted = result["bytes_sent_per_group"], result["predicted_bytes_per_group"]
+    rows = [{"rank": r, **{f"{k} bytes": measured[k][r] for k in KINDS},
+             "= model": ok[all(measured[k][r] == predicted[k][r] for k in KINDS)]}
+            for r in range(result["world_size"])]
+    lines += ["bytes each rank sent per step, on each kind of group (measured; the model predicts the same):",
+              rows_table(rows)]
+    mem = [{"rank": r, **{k: m[k] for k in ("params", "grads", "optimizer")},
+            "= model": ok[m == p]} for r, (m, p) in enumerate(zip(result["measured_memory_per_rank"],
+                                                                  result["predicted_memory_per_rank"]))]
+    lines += ["bytes of model states each rank holds (measured; the model predicts the same):", rows_table(mem)]
+    return "\n".join(line.rstrip() for line in "\n".join(lines).splitlines())
+
+
+def time_text(result: dict) -> str:
+    """Predicted vs measured seconds per step (the measured part changes from run to run)."""
+    p, m = result["predicted_step_seconds"], result["measured_step_seconds"]
+    return f"step time: predicted {p * 1e3:.1f} ms, measured {m * 1e3:.1f} ms (median of the steps after the first), " \
+           f"predicted / measured = {p / m:.2f}"
+
+
+def draw_predicted_vs_real(predicted, result: dict):
+    """The predicted pipeline timeline above the real run's last step (every global rank a row)."""
+    return draw_sim_vs_real(predicted, result["trace"], result["world_size"],
+                            titles=("predicted: lesson 6's model on this machine's calibration, lesson 4's simulator",
+                                    "measured: the real run's last step"))

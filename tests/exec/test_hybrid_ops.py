@@ -1,0 +1,75 @@
+"""The time model's fixed costs count operations of the course's own GPT: hold the counts to the code.
+
+`sim/hybrid_time.py` cannot import torch, so its constants (OPS_LAYER, OPS_OUTSIDE, TENSORS_*) are numbers;
+these tests count the aten calls of `simlab.exec.models`' block and GPT with a TorchDispatchMode and fail as
+soon as a change to the model's code changes them."""
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from simlab.exec.models import gpt_loss, make_gpt, make_tokens
+from simlab.sim import hybrid_time as ht
+
+
+class Count(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def counted(fn):
+    with Count() as c:
+        out = fn()
+    return c.calls, out
+
+
+def test_a_layer_forward_and_backward_make_the_counted_aten_calls():
+    gpt = make_gpt(2, 16, 2, 8, 16)
+    x = torch.randn(2, 8, 16, requires_grad=True)
+    forward, y = counted(lambda: gpt.blocks[0](x))
+    backward, _ = counted(lambda: y.sum().backward())
+    sum_op = 1  # y.sum() is the test's, not the layer's; its backward expands one gradient
+    assert (forward, backward - sum_op) == (ht.OPS_LAYER["forward"], ht.OPS_LAYER["backward"])
+
+
+def test_embedding_head_and_loss_make_the_rest():
+    gpt = make_gpt(2, 16, 2, 8, 16)
+    x, y = make_tokens(4, 8, 16)
+    forward, loss = counted(lambda: gpt_loss(gpt(x), y))
+    backward, _ = counted(loss.backward)
+    layers = len(gpt.blocks)
+    assert forward - layers * ht.OPS_LAYER["forward"] == ht.OPS_OUTSIDE["forward"]
+    assert backward - layers * ht.OPS_LAYER["backward"] == ht.OPS_OUTSIDE["backward"]
+
+
+def test_parameter_tensors_per_layer_and_outside():
+    gpt = make_gpt(3, 16, 2, 8, 16)
+    per_layer = len(list(gpt.blocks[0].parameters()))
+    assert per_layer == ht.TENSORS_PER_LAYER
+    assert len(list(gpt.parameters())) - 3 * per_layer == ht.TENSORS_OUTSIDE
+
+
+def _optimizer_calls(rank, world_size, layers_list):
+    import torch.distributed as dist
+
+    from simlab.exec.hybrid import DataParallelAdam
+    out = []
+    for layers in layers_list:
+        params = list(make_gpt(layers, 16, 2, 8, 16).parameters())
+        for p in params:
+            p.grad = torch.ones_like(p)
+        opt = DataParallelAdam(params, 0, dist.group.WORLD, lr=1e-2)
+        opt.step()  # the first step allocates; count a later one
+        out.append(counted(opt.step)[0])
+    return out
+
+
+def test_the_optimizer_step_makes_ops_per_tensor_times_tensors_plus_adams_own():
+    from simlab.exec.launch import launch
+    (one, three), = launch(_optimizer_calls, 1, (1, 3), backend="gloo")
+    per_tensor = (three - one) / (2 * ht.TENSORS_PER_LAYER)
+    assert per_tensor == ht.OPS_PER_TENSOR
+    assert one - per_tensor * (ht.TENSORS_PER_LAYER + ht.TENSORS_OUTSIDE) == ht.OPS_ADAM

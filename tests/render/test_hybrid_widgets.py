@@ -1,0 +1,162 @@
+"""Lesson 6's explorer and real-run views: the frame is the advisor's answer and its pictures, the knobs
+change it, the button runs the scaled-down winner, and the run's text marks exactly what agrees."""
+import ipywidgets as w
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from simlab.render.hybrid import advisor_text  # noqa: E402
+from simlab.render.hybrid_run import TOLERANCE, draw_predicted_vs_real, run_text, time_text  # noqa: E402
+from simlab.render.hybrid_widgets import (GANTT_ACTIONS, SHOWN, scaled_down, strategy_explorer,  # noqa: E402
+                                          strategy_frame)
+from simlab.sim.advisor import family, search  # noqa: E402
+from simlab.sim.hardware import cluster  # noqa: E402
+from simlab.sim.hybrid_scenarios import BY_KEY, SCENARIOS  # noqa: E402
+from simlab.sim.model import PRESETS  # noqa: E402
+from simlab.trace import Event, Trace  # noqa: E402
+
+
+def children(widget):
+    out = [widget]
+    for child in getattr(widget, "children", ()):
+        out += children(child)
+    return out
+
+
+@pytest.mark.parametrize("s", SCENARIOS, ids=lambda s: s.key)
+def test_a_scenarios_frame_is_the_primer_then_the_advisors_answer(s):
+    _, text = strategy_frame(s.key, figure=False)
+    result = search(s.model, s.cluster(), s.global_batch, top=5)
+    assert text.splitlines()[:3] == [s.title(), f"primer ({s.where}): {s.primer}", f"  {s.english}"]
+    assert text.split("\n", 3)[3] == advisor_text(result, top=5)
+
+
+def test_the_figure_sets_the_winner_beside_the_scenarios_rivals_and_draws_its_pipeline():
+    s = BY_KEY["nodes-slow"]
+    fig, _ = strategy_frame(s.key)
+    memory, time, gantt = fig.axes[:3]
+    best = family(search(s.model, s.cluster(), s.global_batch)["best"]["config"])
+    labels = [t.get_text() for t in memory.get_xticklabels()]
+    assert labels == [f"best: {best}", *s.rivals][:SHOWN]
+    assert [t.get_text().split("\n")[0] for t in time.get_yticklabels()] == labels
+    assert gantt.get_title(loc="left").startswith("the best plan's pipeline: 1f1b, p=16")
+    assert f"first {GANTT_ACTIONS} of" in gantt.get_title(loc="left")  # 16 × 192 × 2 actions: a window
+
+
+def test_a_learners_own_question_uses_its_knobs():
+    fig, text = strategy_frame(model="llama2-70b", gpus=64, gpus_per_node=8, inter_node_gbps=100, global_batch=512,
+                               layers=40)
+    model = PRESETS["llama2-70b"].with_(layers=40)
+    c = cluster("a100-80gb", gpus=64, gpus_per_node=8, inter_node_gbps=100)
+    assert text.splitlines()[0].startswith(f"{model.name} ({model.params / 1e9:.3g}B parameters) on 64 × a100-80gb")
+    assert text.split("\n", 1)[1] == advisor_text(search(model, c, 512, top=5), top=5)
+    assert len(fig.axes) >= 3
+
+
+def test_no_pipeline_and_nothing_fits_are_said():
+    fig, _ = strategy_frame("node-fits")
+    assert len(fig.axes) == 2 and fig.get_suptitle() == "no pipeline in the best plan (pp = 1)"
+    fig, text = strategy_frame(model="megatron-1t", gpus=8, global_batch=8)
+    assert "no plan fits" in text and fig.get_suptitle() == "nothing fits"
+    assert "does not fit" in [t.get_text() for t in fig.axes[0].texts]  # the rivals' bars, all red
+
+
+@pytest.mark.parametrize("kwargs, message", [(dict(scenario="moon"), "scenario="), (dict(model="gpt-5"), "model="),
+                                             (dict(gpus=0), "gpus="), (dict(gpus_per_node=0), "gpus_per_node="),
+                                             (dict(inter_node_gbps=float("nan")), "inter_node_gbps="),
+                                             (dict(layers=-1), "layers="), (dict(global_batch=0), "global_batch=")])
+def test_bad_knobs_are_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        strategy_frame(**kwargs, figure=False)
+
+
+@pytest.mark.parametrize("config, small", [
+    ({"tp": 8, "pp": 16, "dp": 8, "zero": 1, "schedule": "1f1b", "chunks": 1},
+     {"dp": 2, "pp": 2, "tp": 2, "zero": 1, "schedule": "1f1b", "chunks": 1}),
+    ({"tp": 1, "pp": 1, "dp": 8, "zero": 3, "schedule": "1f1b", "chunks": 1},
+     {"dp": 2, "pp": 1, "tp": 1, "zero": 1, "schedule": "1f1b", "chunks": 1}),
+    ({"tp": 4, "pp": 8, "dp": 1, "zero": 0, "schedule": "gpipe", "chunks": 1},
+     {"dp": 1, "pp": 2, "tp": 2, "zero": 0, "schedule": "1f1b", "chunks": 1}),
+    ({"tp": 1, "pp": 4, "dp": 2, "zero": 2, "schedule": "interleaved", "chunks": 4},
+     {"dp": 2, "pp": 2, "tp": 1, "zero": 1, "schedule": "interleaved", "chunks": 2})])
+def test_scaled_down_keeps_the_plans_shape_on_at_most_8_processes(config, small):
+    assert scaled_down(config) == small
+
+
+def test_the_explorer_reacts_to_a_scenario_and_runs_the_winner_scaled_down():
+    calls = []
+
+    def fake_run(dp, pp, tp, **kw):
+        calls.append((dp, pp, tp, kw))
+        return FAKE
+
+    ui = strategy_explorer("node-fits", run=fake_run, predict=lambda r: FAKE["trace"])
+    pick = next(c for c in children(ui) if isinstance(c, w.Dropdown) and c.description == "scenario")
+    text = next(c for c in children(ui) if isinstance(c, w.HTML))
+    assert "DDP" in text.value or "DP+ZeRO" in text.value
+    pick.value = "nodes-slow"
+    gpus = next(c for c in children(ui) if isinstance(c, w.Dropdown) and c.description == "GPUs")
+    assert gpus.value == 1024 and "TP+PP+DP+ZeRO-1" in text.value
+    button = next(c for c in children(ui) if isinstance(c, w.Button))
+    button.click()
+    assert calls == [(2, 2, 2, {"zero": 1, "schedule": "1f1b", "chunks": 1})]
+    ran = [c for c in children(ui) if isinstance(c, w.HTML)][-1]
+    assert "dp=2 × pp=2 × tp=2" in ran.value and "step time: predicted" in ran.value
+    assert [c for c in children(ui) if isinstance(c, w.Image)][-1].value  # the timelines were drawn
+
+
+def test_a_failing_run_is_one_line_in_the_explorer():
+    def broken(*a, **k):
+        raise RuntimeError("rank 3 failed: ZeroDivisionError: division by zero\nTraceback …")
+
+    ui = strategy_explorer("nodes-slow", run=broken)
+    next(c for c in children(ui) if isinstance(c, w.Button)).click()
+    ran = [c for c in children(ui) if isinstance(c, w.HTML)][-1]
+    assert ran.value == "<pre>rank 3 failed: ZeroDivisionError: division by zero</pre>"
+
+
+def test_a_bad_knob_in_the_explorer_is_said_not_raised():
+    ui = strategy_explorer("node-fits")
+    heads = next(c for c in children(ui) if isinstance(c, w.BoundedIntText) and c.description == "heads")
+    heads.value = 7  # hidden 2304 is not 7 heads' worth
+    text = next(c for c in children(ui) if isinstance(c, w.HTML)).value
+    assert text.startswith("<pre>hidden=2304") and "heads=7" in text and "\n" not in text
+
+
+# ---- the real run's text --------------------------------------------------------------------------------
+
+FAKE = {"config": {"tp": 2, "pp": 2, "dp": 2, "zero": 1, "schedule": "1f1b", "chunks": 1, "microbatch": 2},
+        "world_size": 8, "backend": "gloo",
+        "groups": {"tp": [[0, 1], [2, 3], [4, 5], [6, 7]], "dp": [[0, 2], [1, 3], [4, 6], [5, 7]],
+                   "pp": [[0, 4], [1, 5], [2, 6], [3, 7]]},
+        "losses": [3.58371, 3.3378], "reference_losses": [3.58372, 3.3378], "max_abs_diff_vs_reference": 2e-7,
+        "bytes_sent_per_group": {"tp": [10] * 8, "dp": [20] * 8, "pp": [30] * 8},
+        "predicted_bytes_per_group": {"tp": [10] * 8, "dp": [20] * 8, "pp": [30] * 8},
+        "measured_memory_per_rank": [{"params": 4, "grads": 4, "optimizer": 4}] * 8,
+        "predicted_memory_per_rank": [{"params": 4, "grads": 4, "optimizer": 4}] * 8,
+        "predicted_step_seconds": 0.1, "measured_step_seconds": 0.125,
+        "trace": Trace([Event(r, "compute", 0, name=f"{r // 4}F0", start=0.0, end=1.0) for r in range(8)])}
+
+
+def test_run_text_marks_what_agrees_and_only_that():
+    lines = run_text(FAKE).splitlines()
+    assert lines[0] == "dp=2 × pp=2 × tp=2 = 8 processes (gloo), 1F1B, ZeRO-1 on"
+    assert lines[1:4] == ["  tp groups: [0 1] [2 3] [4 5] [6 7]", "  dp groups: [0 2] [1 3] [4 6] [5 7]",
+                          "  pp groups: [0 4] [1 5] [2 6] [3 7]"]
+    assert lines[4] == "loss per step, mean over replicas: 3.5837, 3.3378   one process: 3.5837, 3.3378"
+    assert lines[5].endswith(f"within {TOLERANCE:g} of one process: ✓")
+    assert sum(line.endswith("✓") for line in lines) == 1 + 8 + 8
+    off = FAKE | {"max_abs_diff_vs_reference": 2e-5,
+                  "bytes_sent_per_group": FAKE["bytes_sent_per_group"] | {"pp": [30] * 7 + [31]},
+                  "predicted_memory_per_rank": [{"params": 4, "grads": 4, "optimizer": 2}] + [
+                      {"params": 4, "grads": 4, "optimizer": 4}] * 7}
+    bad = [line for line in run_text(off).splitlines() if line.endswith("✗")]
+    assert len(bad) == 3 and bad[1].startswith("7 ") and bad[2].startswith("0 ")
+
+
+def test_time_text_and_the_timelines():
+    assert time_text(FAKE) == ("step time: predicted 100.0 ms, measured 125.0 ms (median of the steps after the "
+                               "first), predicted / measured = 0.80")
+    fig = draw_predicted_vs_real(FAKE["trace"], FAKE)
+    assert len(fig.axes) == 2 and fig.axes[0].get_title(loc="left").startswith("predicted")
