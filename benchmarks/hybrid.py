@@ -71,7 +71,8 @@ def main(argv=None) -> int:
           f"GPT hidden {SIZES['hidden']}, {SIZES['seq']} tokens, target ±{TARGET:.0%}")
     for n, c in calibration.items():
         print(f"  calibrated with {n} processes: matmul {c['matmul_flops'] / 1e9:.1f} GFLOP/s, op overhead "
-              f"{c['op_overhead'] * 1e6:.1f} µs, ring α {c['ring_alpha'] * 1e3:.2f} ms, β {c['ring_bandwidth'] / 1e9:.2f} GB/s")
+              f"{c['op_overhead'] * 1e6:.1f} µs, ring α {c['ring_alpha'] * 1e3:.2f} ms, "
+              f"β {c['ring_bandwidth'] / 1e9:.2f} GB/s")
     print(f"  {'dp pp tp zero':>14}  {'measured':>9}  {'predicted':>9}  {'pred/meas':>9}  biggest predicted parts")
     for r in rows:
         parts = sorted(((v, k) for k, v in r["breakdown"].items() if v > 0), reverse=True)[:3]

@@ -65,8 +65,9 @@ def _gantt(ax, q: Scenario, c, plan: Plan) -> None:
     until = starts[GANTT_ACTIONS] if len(starts) > GANTT_ACTIONS else None
     m = q.global_batch // (plan.dp * plan.microbatch)
     shown = f", its first {GANTT_ACTIONS} of {len(trace)} actions" if until is not None else ""
-    draw_gantt(trace, plan.pp, ax=ax, until=until, span=until, title=f"the best plan's pipeline: {plan.schedule}, p={plan.pp}, "
-               f"m={m}" + (f", v={plan.chunks}" if plan.chunks > 1 else "") + shown)
+    title = (f"the best plan's pipeline: {plan.schedule}, p={plan.pp}, m={m}"
+             + (f", v={plan.chunks}" if plan.chunks > 1 else "") + shown)
+    draw_gantt(trace, plan.pp, ax=ax, until=until, span=until, title=title)
 
 
 def strategy_frame(scenario: str | None = None, model: str = "gpt3-175b", gpu: str = "a100-80gb", gpus: int = 8,

@@ -220,6 +220,7 @@ def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str 
         if not len(members):
             continue
         fitting = members[fits[members]]
-        i = fitting[np.argmin(time["step_seconds"][fitting])] if len(fitting) else members[np.argmin(mem["total"][members])]
+        i = (fitting[np.argmin(time["step_seconds"][fitting])] if len(fitting)
+             else members[np.argmin(mem["total"][members])])
         out[str(name)] = describe(mem, time, fits, k, i)
     return out

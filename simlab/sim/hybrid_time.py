@@ -94,7 +94,8 @@ def layer_seconds(model: Transformer, k: Knobs, c: Cluster, precision: str) -> d
     (tp_a, tp_bw), _, _ = _links(c, k)
     matmul = model.layer_flops(tokens) / k.tp / gpu.matmul_flops
     work = matmul + K_ELEMENTWISE * layer_activation_bytes(model, k, recompute=0) * a_b / 2 / gpu.hbm_bandwidth
-    forward, backward = work + OPS_LAYER["forward"] * gpu.op_overhead, 2 * work + OPS_LAYER["backward"] * gpu.op_overhead
+    forward = work + OPS_LAYER["forward"] * gpu.op_overhead
+    backward = 2 * work + OPS_LAYER["backward"] * gpu.op_overhead
     selective = (4 * tokens * s * h / k.tp / gpu.matmul_flops
                  + K_ELEMENTWISE * 5 * model.heads * s * s * k.b / k.tp * a_b / 2 / gpu.hbm_bandwidth)
     return {"matmul": matmul, "forward": forward, "backward": backward,

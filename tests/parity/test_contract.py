@@ -8,6 +8,7 @@ from simlab.parity import CORE_KEYS
 from simlab.parity.collectives import run_collective
 from simlab.parity.common import result
 from simlab.parity.data_parallel import run_ddp, run_dp
+from simlab.parity.hybrid import run_hybrid
 from simlab.parity.pipeline import run_pipeline
 from simlab.parity.tensor_parallel import run_tp
 from simlab.parity.zero import run_zero
@@ -20,8 +21,9 @@ RUNS = {  # each run with small, fast arguments on 2 ranks
     "zero": lambda **kw: run_zero(2, steps=1, global_batch=4, **kw),
     "pipeline": lambda **kw: run_pipeline("gpipe", microbatches=2, global_batch=4, **kw),
     "tensor_parallel": lambda **kw: run_tp(**kw),
+    "hybrid": lambda **kw: run_hybrid(dp=2, pp=1, tp=1, steps=1, **kw),
 }
-FUNCTIONS = [run_collective, run_dp, run_ddp, run_zero, run_pipeline, run_tp]
+FUNCTIONS = [run_collective, run_dp, run_ddp, run_zero, run_pipeline, run_tp, run_hybrid]
 
 
 @pytest.mark.parametrize("fn", FUNCTIONS, ids=lambda f: f.__name__)
@@ -40,7 +42,8 @@ def test_core_keys(name):
     sent = res["bytes_sent_per_rank"]
     assert len(sent) == 2 and all(isinstance(b, int) and b > 0 for b in sent)
     if res["max_abs_diff_vs_torch"] is None:  # only where torch has nothing to compare with here
-        assert name == "dp" and "GPUs" in res["why_no_torch"]
+        why = res["why_no_torch"]
+        assert (name == "dp" and "GPUs" in why) or (name == "hybrid" and "in lessons 2-5" in why), why
     else:
         assert res["max_abs_diff_vs_torch"] <= 1e-5 and "why_no_torch" not in res
 
@@ -53,7 +56,9 @@ def test_core_keys(name):
 ])
 def test_refused_before_any_work(name, kwargs, message, no_launch, monkeypatch):
     import simlab.parity.common as C
-    monkeypatch.setattr(C, "reference_model", lambda *a, **k: pytest.fail("the reference ran"))
+    import simlab.parity.hybrid as H
+    for module in (C, H):  # hybrid imported it by name
+        monkeypatch.setattr(module, "reference_model", lambda *a, **k: pytest.fail("the reference ran"))
     with pytest.raises(ValueError, match=message):
         RUNS[name](**kwargs)
 

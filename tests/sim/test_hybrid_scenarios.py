@@ -57,8 +57,9 @@ def test_by_family_is_the_fastest_fitting_member_or_the_smallest():
     mem, time, fits = evaluate(model, c, 64, k, "mixed")
     out = by_family(model, c, 64)
     for name, plan in out.items():
-        members = [i for i in range(len(k.tp)) if family({"tp": int(k.tp[i]), "pp": int(k.pp[i]), "dp": int(k.dp[i]),
-                                                          "zero": int(k.zero[i]), "offload": bool(k.offload[i])}) == name]
+        members = [i for i in range(len(k.tp)) if name == family(
+            {"tp": int(k.tp[i]), "pp": int(k.pp[i]), "dp": int(k.dp[i]), "zero": int(k.zero[i]),
+             "offload": bool(k.offload[i])})]
         fitting = [i for i in members if fits[i]]
         if fitting:
             assert plan["fits"] and plan["step_seconds"] == pytest.approx(min(time["step_seconds"][fitting]))
