@@ -13,7 +13,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from simlab.sim import published  # noqa: E402
-from simlab.sim.memory import per_gpu_bytes  # noqa: E402
 
 START, END = "<!-- published-tables:start -->", "<!-- published-tables:end -->"
 
@@ -26,11 +25,8 @@ def _table(title: str, unit: str, rows: list[dict], digits: int = 2) -> list[str
 
 
 def tables() -> str:
-    zero = [{"what": f"stage {s}", "published": p, "ours": per_gpu_bytes(7_500_000_000, 64, s, precision="mixed")[
-        "total"] / 1e9} for s, p in enumerate((120, 31.4, 16.6, 1.9))]
-    for row in zero:
-        row["error"] = round(row["ours"], 1) / row["published"] - 1  # the paper prints one decimal
-    lines = _table("**ZeRO paper, Figure 1** (Ψ = 7.5B, 64 GPUs, K = 12; GB per GPU):", "GB", zero, 3)
+    lines = _table("**ZeRO paper, Figure 1** (Ψ = 7.5B, 64 GPUs, K = 12; GB per GPU):", "GB",
+                   published.zero_figure_1(), 3)
     lines += _table("**Korthikanti et al. 2022, Figure 1** (memory per GPU, A100 80GB; the figure's values "
                     "are its formulas, as Calculon's validation also reads them):", "GiB",
                     published.korthikanti_figure_1(), 3)

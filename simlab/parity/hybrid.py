@@ -189,6 +189,7 @@ def _result(model, plan, ranks, batch, ref_losses, ref_params, backend) -> dict:
     timed = [max(r["seconds"][s] for r in ranks) for s in range(1, len(ref_losses))] or [ranks[0]["seconds"][0]]
     gpus = cluster("cpu-this-machine" if ranks[0]["backend"] == "gloo" else "a100-80gb", gpus=mesh.world_size)
     t0 = min(r["t0"] for r in ranks)
+    timing = step(model, plan, gpus, batch, precision="fp32", executor=True)
     return result(
         world_size=mesh.world_size, backend=ranks[0]["backend"],
         trace=Trace(replace(e, rank=i, start=e.start - t0, end=e.end - t0)  # the last step, global ranks
@@ -205,7 +206,7 @@ def _result(model, plan, ranks, batch, ref_losses, ref_params, backend) -> dict:
         measured_memory_per_rank=[r["memory"] for r in ranks],
         predicted_memory_per_rank=[rank_states(model, plan, r["coords"][0]) for r in ranks],
         measured_step_seconds=statistics.median(timed),
-        predicted_step_seconds=step(model, plan, gpus, batch, precision="fp32", executor=True)["step_seconds"],
+        predicted_step_seconds=timing["step_seconds"], predicted_breakdown=timing["breakdown"],
         model={"layers": model.layers, "hidden": model.hidden, "heads": model.heads, "seq": model.seq,
                "vocab": model.vocab}, global_batch=batch,
         max_abs_diff_across_replicas=drift)

@@ -61,10 +61,13 @@ def run_text(result: dict) -> str:
 
 
 def time_text(result: dict) -> str:
-    """Predicted vs measured seconds per step (the measured part changes from run to run)."""
+    """Predicted vs measured seconds per step, and where the prediction says the time goes (the measured
+    part changes from run to run)."""
     p, m = result["predicted_step_seconds"], result["measured_step_seconds"]
-    return f"step time: predicted {p * 1e3:.1f} ms, measured {m * 1e3:.1f} ms (median of the steps after the first), " \
-           f"predicted / measured = {p / m:.2f}"
+    line = (f"step time: predicted {p * 1e3:.1f} ms, measured {m * 1e3:.1f} ms (median of the steps after the first), "
+            f"predicted / measured = {p / m:.2f}")
+    parts = sorted(((v, k) for k, v in result.get("predicted_breakdown", {}).items() if v > 0), reverse=True)
+    return line + ("\npredicted: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for v, k in parts) if parts else "")
 
 
 def draw_predicted_vs_real(predicted, result: dict):

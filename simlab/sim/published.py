@@ -6,6 +6,8 @@ Sources (quoted in full, with where to find them, in ARCHITECTURE.md's "Measured
   Calculon's validation reads off), Table 4 (one 22B layer, ms), Table 5 (iteration seconds).
 - Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU Clusters Using Megatron-LM"
   (arXiv 2104.04473): Table 1 (teraFLOP/s per GPU, 1.7B to 1T on up to 3072 A100s).
+- Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models" (arXiv
+  1910.02054): Figure 1 (model states per GPU, Ψ = 7.5B, 64 GPUs, K = 12: 120 / 31.4 / 16.6 / 1.9 GB).
 - BigScience BLOOM-176B training logs (bigscience-workshop/bigscience, tr11-176B-ml): 104.70 s per step.
 All on A100 80GB (DGX A100 nodes: 8 GPUs, NVLink, 8 × 200 Gb/s InfiniBand), with `hardware.cluster`'s
 one set of constants.
@@ -20,6 +22,7 @@ from .hardware import cluster
 from .hybrid import Plan, check_plan
 from .hybrid_memory import per_gpu
 from .hybrid_time import step
+from .memory import per_gpu_bytes
 from .model import NARAYANAN_SHAPES, PRESETS
 
 GIB = 2**30
@@ -42,6 +45,18 @@ MODES = {"full recompute": dict(recompute="full"),
 
 def _row(what: str, published: float, ours: float) -> dict:
     return {"what": what, "published": published, "ours": ours, "error": ours / published - 1}
+
+
+ZERO_FIGURE_1 = (120, 31.4, 16.6, 1.9)  # GB per GPU, stages 0-3 (the paper prints one decimal)
+
+
+def zero_figure_1() -> list[dict]:
+    """Lesson 3's memory model against the ZeRO paper's Figure 1 (our GB rounded to the paper's decimal)."""
+    rows = []
+    for stage, published in enumerate(ZERO_FIGURE_1):
+        ours = per_gpu_bytes(7_500_000_000, 64, stage, precision="mixed")["total"] / 1e9
+        rows.append({**_row(f"stage {stage}", published, ours), "error": round(ours, 1) / published - 1})
+    return rows
 
 
 def korthikanti_figure_1() -> list[dict]:

@@ -158,5 +158,7 @@ def test_run_text_marks_what_agrees_and_only_that():
 def test_time_text_and_the_timelines():
     assert time_text(FAKE) == ("step time: predicted 100.0 ms, measured 125.0 ms (median of the steps after the "
                                "first), predicted / measured = 0.80")
+    parts = FAKE | {"predicted_breakdown": {"compute": 0.06, "tp_comm": 0.03, "pp_bubble": 0.01, "offload": 0.0}}
+    assert time_text(parts).splitlines()[1] == "predicted: compute 60.0 ms, tp_comm 30.0 ms, pp_bubble 10.0 ms"
     fig = draw_predicted_vs_real(FAKE["trace"], FAKE)
     assert len(fig.axes) == 2 and fig.axes[0].get_title(loc="left").startswith("predicted")
