@@ -202,6 +202,9 @@ def test_keyboard_interrupt_kills_workers():
     def fn(rank, world_size):
         time.sleep(60)
 
+    # Python's own Ctrl-C handler, whatever started pytest: a shell's background job ignores SIGINT
+    # (SIG_IGN is inherited, and Python then leaves it ignored), so the signal would never arrive
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     start = time.monotonic()
@@ -210,6 +213,7 @@ def test_keyboard_interrupt_kills_workers():
             launch(fn, 2, timeout=60)
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - start < 5
     assert_clean()
 
