@@ -6,7 +6,10 @@ every rule lives here, or in its lesson's `sim/` module, exactly once.
 """
 from __future__ import annotations
 
+import math
+
 MAX_RANKS = 64  # the simulator's range; real runs are limited by the machine instead
+MAX_COUNT = 1 << 40  # ranks in a closed form: beyond any machine, yet small enough for float arithmetic
 
 
 def check_int(name: str, value, low: int | None = None, high: int | None = None) -> int:
@@ -36,8 +39,19 @@ def check_bool(name: str, value) -> bool:
     return value
 
 
+def _finite(value) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an int too large for a float (10**400): no float arithmetic can use it
+        return False
+
+
 def check_positive(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name}={value!r}: must be a positive number")
+    if not _finite(value):  # nan, ±inf: no time, size or bandwidth is infinite (and JSON has no inf)
+        raise ValueError(f"{name}={value!r}: must be a finite number")
+    if not value > 0:
         raise ValueError(f"{name}={value!r}: must be a positive number")
     return float(value)
 
@@ -56,3 +70,19 @@ def check_batch(global_batch, world_size: int, accumulate: int = 1) -> int:
         by = f"world_size={world_size}" + (f" x accumulate={accumulate}" if accumulate > 1 else "")
         raise ValueError(f"global_batch={global_batch}: must be divisible by {by}")
     return global_batch
+
+
+def check_number(name: str, value, low: float = 0.0, high: float | None = None) -> float:
+    """A finite number in [low, high] (a time, a byte count, a ratio): refuses bools, text, nan and ±inf."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name}={value!r}: must be a number >= {low:g}")
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int too big for a float: the arithmetic on it would overflow
+        finite = False
+    if not finite:
+        raise ValueError(f"{name}={value!r}: must be a finite number")
+    if value < low or (high is not None and value > high):
+        allowed = f"between {low:g} and {high:g}" if high is not None else f">= {low:g}"
+        raise ValueError(f"{name}={value!r}: must be {allowed}")
+    return float(value)

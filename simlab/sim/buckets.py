@@ -20,6 +20,8 @@ def assign_buckets(param_nbytes: list[int], cap_bytes: int) -> list[list[int]]:
     """Parameter indices per bucket, filled in reverse order; a bucket never exceeds `cap_bytes`
     unless a single parameter is larger than the cap, which then gets a bucket of its own."""
     check_int("cap_bytes", cap_bytes, 1)
+    if not isinstance(param_nbytes, (list, tuple)):
+        raise ValueError(f"param_nbytes={param_nbytes!r}: must be a list of byte counts, one per parameter")
     buckets, current, used = [], [], 0
     for index in reversed(range(len(param_nbytes))):
         size = check_int(f"param_nbytes[{index}]", param_nbytes[index], 0)
@@ -42,6 +44,9 @@ class BucketReadiness:
     """
 
     def __init__(self, buckets: list[list[int]]):
+        if not isinstance(buckets, (list, tuple)) or not all(
+                isinstance(b, (list, tuple)) and all(type(p) is int for p in b) for b in buckets):
+            raise ValueError(f"buckets={buckets!r}: must be lists of parameter indices, as assign_buckets returns")
         self.buckets = buckets
         self.bucket_of = {p: b for b, params in enumerate(buckets) for p in params}
         self.reset()
@@ -53,6 +58,8 @@ class BucketReadiness:
 
     def mark_ready(self, param_index: int) -> list[int]:
         """Record that a gradient is ready; return the buckets that may now be launched, in order."""
+        if type(param_index) is not int or param_index not in self.bucket_of:  # True would pass for 1
+            raise ValueError(f"param_index={param_index!r}: must be a parameter index of one of the buckets")
         bucket = self.bucket_of[param_index]
         if self.pending[bucket] == 0:
             raise ValueError(f"param_index={param_index}: its gradient was already marked ready")

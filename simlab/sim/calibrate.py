@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import MAX_COUNT, check_batch, check_int, check_number, check_positive, check_ranks
 from .data_parallel import Workload
 
 
@@ -20,13 +21,24 @@ def _mean_over_ranks(trace, step: int, name: str) -> float:
     return float(np.mean(durations))
 
 
+def _numbers(name: str, values) -> np.ndarray:
+    """A non-empty list of finite numbers >= 0 (a nan would make the least-squares fit fail)."""
+    values = values.tolist() if isinstance(values, np.ndarray) else values
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ValueError(f"{name}={values!r}: must be a non-empty list, one entry per all-reduce")
+    return np.array([check_number(f"{name}[{i}]", x) for i, x in enumerate(values)])
+
+
 def fit_alpha_beta(durations, nbytes, world_size: int) -> tuple[float, float]:
     """(alpha seconds, bandwidth bytes/s) from ring all-reduce durations and per-rank bytes.
 
     Tiny buffers leave the bandwidth undetermined (or fit a negative slope): then the link is taken
     as infinitely fast and the whole duration is latency.
     """
-    d, b = np.asarray(durations, float), np.asarray(nbytes, float)
+    check_int("world_size", world_size, 1, MAX_COUNT)
+    d, b = _numbers("durations", durations), _numbers("nbytes", nbytes)
+    if len(b) != len(d):
+        raise ValueError(f"nbytes: has {len(b)} entries, durations has {len(d)}: one each per all-reduce")
     steps = 2 * (world_size - 1)
     if steps == 0:
         return 0.0, float("inf")
@@ -40,6 +52,13 @@ def fit_alpha_beta(durations, nbytes, world_size: int) -> tuple[float, float]:
 def fit_ddp_workload(trace, param_numels, param_names, world_size: int, global_batch: int,
                      bucket_cap_mb: float, step: int = 1, bytes_per_param: int = 4) -> Workload:
     """A Workload measured from `step` of a real DDP trace (step 0 pays for warm-up: avoid it)."""
+    check_ranks("world_size", world_size)  # the Workload's range
+    check_batch(global_batch, world_size)
+    check_positive("bucket_cap_mb", bucket_cap_mb)
+    check_int("step", step, 0)
+    check_int("bytes_per_param", bytes_per_param, 1)
+    if len(param_names) != len(param_numels):
+        raise ValueError(f"param_names: has {len(param_names)} names for {len(param_numels)} parameters")
     micro = global_batch // world_size
     fwd = _mean_over_ranks(trace, step, "fwd")
     bwd = [_mean_over_ranks(trace, step, f"bwd {name}") for name in param_names]

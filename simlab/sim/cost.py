@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._checks import check_positive
+from .._checks import MAX_COUNT, check_choice, check_int, check_number, check_positive, check_ranks
+from ..plan import CollectivePlan
 from .collectives import naive_all_reduce, ring_all_reduce
 
 DEFAULT_ALPHA = 10e-6  # seconds of latency per step (a typical network message)
@@ -30,6 +31,7 @@ class CostEstimate:
 
 def busiest_link_bytes(step, world_size: int) -> int:
     """Max over ranks of bytes sent or bytes received in one step."""
+    check_int("world_size", world_size, 1)
     sent, recv = [0] * world_size, [0] * world_size
     for t in step:
         sent[t.src] += t.nbytes
@@ -37,24 +39,38 @@ def busiest_link_bytes(step, world_size: int) -> int:
     return max(sent + recv, default=0)
 
 
-def alpha_beta(plan, alpha: float = DEFAULT_ALPHA, bandwidth: float = DEFAULT_BANDWIDTH) -> CostEstimate:
+def _check_link(alpha, bandwidth) -> None:
+    """α and bandwidth are finite: a nan or inf would turn every time into nan or inf."""
+    check_number("alpha", alpha)
     check_positive("bandwidth", bandwidth)
-    if alpha < 0:
-        raise ValueError(f"alpha={alpha}: must be >= 0 seconds")
+
+
+def alpha_beta(plan, alpha: float = DEFAULT_ALPHA, bandwidth: float = DEFAULT_BANDWIDTH) -> CostEstimate:
+    if not isinstance(plan, CollectivePlan):
+        raise ValueError(f"plan={plan!r}: must be a CollectivePlan (make_plan, ring_all_reduce, ...)")
+    _check_link(alpha, bandwidth)
     busy = [busiest_link_bytes(step, plan.world_size) for step in plan.steps]
     step_seconds = tuple(alpha + b / bandwidth for b in busy)
     return CostEstimate(alpha, bandwidth, step_seconds, alpha * len(busy), sum(busy) / bandwidth)
 
 
+def _check_closed_form(n, nbytes, alpha, bandwidth) -> None:
+    check_int("n", n, 1, MAX_COUNT)
+    check_number("nbytes", nbytes)
+    _check_link(alpha, bandwidth)
+
+
 def ring_all_reduce_seconds(n: int, nbytes: float, alpha: float = DEFAULT_ALPHA,
                             bandwidth: float = DEFAULT_BANDWIDTH) -> float:
     """Closed form: 2(n-1)·α + 2(n-1)/n · S/B."""
+    _check_closed_form(n, nbytes, alpha, bandwidth)
     return 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes / bandwidth
 
 
 def naive_all_reduce_seconds(n: int, nbytes: float, alpha: float = DEFAULT_ALPHA,
                              bandwidth: float = DEFAULT_BANDWIDTH) -> float:
     """Closed form: the root receives then sends (n-1)·S, in 2 steps: 2α + 2(n-1)·S/B."""
+    _check_closed_form(n, nbytes, alpha, bandwidth)
     return 0.0 if n == 1 else 2 * alpha + 2 * (n - 1) * nbytes / bandwidth
 
 
@@ -66,14 +82,21 @@ def optimal_bytes_per_rank(goal: str, n: int, nbytes: int) -> int:
     remainder some rank must carry.
     """
     factor = {"all_reduce": 2, "reduce_scatter": 1, "all_gather": 1, "broadcast": 1, "reduce": 1}
-    if goal not in factor:
-        raise ValueError(f"goal={goal!r}: must be one of {', '.join(factor)}")
+    check_choice("goal", goal, tuple(factor))  # a tuple: `in` a dict would fail on a list
+    check_int("n", n, 1)
+    check_int("nbytes", nbytes, 0)
     return -(-factor[goal] * (n - 1) * nbytes // n)  # ceil without floats
 
 
 def compare_all_reduce(world_sizes, nbytes: int, alpha: float = DEFAULT_ALPHA,
                        bandwidth: float = DEFAULT_BANDWIDTH) -> list[dict]:
     """Ring vs naive (reduce-to-root + broadcast) all-reduce of `nbytes` for several world sizes."""
+    if not isinstance(world_sizes, (list, tuple, range)):
+        raise ValueError(f"world_sizes={world_sizes!r}: must be a list of world sizes")
+    for i, n in enumerate(world_sizes):
+        check_ranks(f"world_sizes[{i}]", n)
+    check_int("nbytes", nbytes, 1)
+    _check_link(alpha, bandwidth)
     rows = []
     for n in world_sizes:
         ring, naive = ring_all_reduce(n, nbytes, itemsize=1), naive_all_reduce(n, nbytes, itemsize=1)

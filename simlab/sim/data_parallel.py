@@ -24,8 +24,9 @@ Times come from the α-β model of `simlab.sim.cost`; a step is a `Trace` the re
 from __future__ import annotations
 
 import dataclasses
+import math
 
-from .._checks import check_batch, check_int, check_positive, check_ranks
+from .._checks import check_batch, check_int, check_number, check_positive, check_ranks
 from ..plan import Transfer
 from ..trace import Recorder, Trace
 from .buckets import BucketReadiness, assign_buckets
@@ -42,6 +43,15 @@ LOSS_SECONDS_PER_BYTE = 1e-12  # the loss reads the outputs once, at ~1 TB/s
 def _check_seconds(name: str, value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
         raise ValueError(f"{name}={value!r}: must be a number of seconds >= 0")
+    if not math.isfinite(value):  # an infinite phase would make every step time inf
+        raise ValueError(f"{name}={value!r}: must be a finite number of seconds")
+
+
+def _check_layers(name: str, layers) -> tuple:
+    """One entry per layer, as a tuple (the dataclass is frozen and hashable)."""
+    if isinstance(layers, (str, bytes)) or not hasattr(layers, "__iter__"):
+        raise ValueError(f"{name}={layers!r}: need one entry per layer, and at least one layer")
+    return tuple(layers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +74,7 @@ class Workload:
 
     def __post_init__(self):
         for name in ("layer_params", "fwd_seconds", "bwd_seconds"):  # frozen: lists become tuples here
-            object.__setattr__(self, name, tuple(getattr(self, name)))
+            object.__setattr__(self, name, _check_layers(name, getattr(self, name)))
             values = getattr(self, name)
             if not values or len(values) != len(self.layer_params):
                 raise ValueError(f"{name}={values!r}: need one entry per layer, and at least one layer")
@@ -102,8 +112,12 @@ def workload_from_layers(layer_params=DEFAULT_LAYERS, *, tokens_per_sample: int 
                          flops_per_second: float = DEFAULT_FLOPS, **fields) -> Workload:
     """A Workload whose compute follows the parameters: forward 2·params·tokens flop per sample,
     backward twice that. So scaling `layer_params` is the one "model size" knob."""
+    layer_params = _check_layers("layer_params", layer_params)
+    for i, p in enumerate(layer_params):  # before the arithmetic, which would take "x" * 2 as text
+        check_int(f"layer_params[{i}]", p, 1)
     check_int("tokens_per_sample", tokens_per_sample, 1)
     check_positive("flops_per_second", flops_per_second)
+    check_int("output_bytes", fields.get("output_bytes", 0), 0)
     fwd = [2 * p * tokens_per_sample / flops_per_second for p in layer_params]
     loss_per_sample = fields.get("output_bytes", Workload.output_bytes) * LOSS_SECONDS_PER_BYTE
     fields.setdefault("loss_seconds", loss_per_sample)
@@ -115,7 +129,12 @@ def scaled_workload(world_size: int, model_mparams: float, bucket_cap_mb: float 
                     bandwidth_gbps: float = 10.0, samples_per_device: int = 16) -> Workload:
     """The default scene's layers scaled to `model_mparams` million parameters, `samples_per_device`
     each (weak scaling: the global batch grows with the world size) — lesson 2's explorer knobs."""
+    check_ranks("world_size", world_size)
+    check_number("model_mparams", model_mparams, high=1e9)  # 10¹⁵ parameters: far beyond any model
     check_positive("model_mparams", model_mparams)
+    check_number("bandwidth_gbps", bandwidth_gbps, high=1e9)  # so that bytes/s stays a finite float
+    check_positive("bandwidth_gbps", bandwidth_gbps)
+    check_int("samples_per_device", samples_per_device, 1)
     scale = model_mparams * 1e6 / sum(DEFAULT_LAYERS)
     layers = [max(1, round(p * scale)) for p in DEFAULT_LAYERS]
     return workload_from_layers(layers, world_size=world_size, global_batch=samples_per_device * world_size,
@@ -208,8 +227,15 @@ def _hub(rec: _Phases, name: str, start: float, piece: int, to_hub: bool) -> flo
     return rec.comm(name, start, seconds, sent, recv, hub=0)
 
 
+def _check_workload(w) -> Workload:
+    if not isinstance(w, Workload):
+        raise ValueError(f"w={w!r}: must be a Workload (workload_from_layers, scaled_workload)")
+    return w
+
+
 def simulate_dp(w: Workload) -> StepResult:
     """One step of `nn.DataParallel`: nine phases in a row, every transfer through device 0."""
+    _check_workload(w)
     rec, m, everyone = _Phases(w), w.micro_batch, range(w.world_size)
     t = _hub(rec, "scatter inputs", 0.0, m * w.input_bytes, to_hub=False)
     t = _hub(rec, "replicate", t, w.model_bytes, to_hub=False)  # every step: only device 0 updates
@@ -225,6 +251,7 @@ def simulate_dp(w: Workload) -> StepResult:
 
 def simulate_ddp(w: Workload) -> StepResult:
     """One DDP step: forward, backward from the last layer with bucketed all-reduces under it, update."""
+    _check_workload(w)
     rec, m, n = _Phases(w), w.micro_batch, w.world_size
     everyone = range(n)  # every rank does the same work on its own samples
     t = rec.compute("fwd", 0.0, {r: m * sum(w.fwd_seconds) for r in everyone})
@@ -250,6 +277,7 @@ def simulate_ddp(w: Workload) -> StepResult:
 
 def compare(w: Workload) -> dict:
     """The numbers a lesson widget shows: step times, device 0's traffic, DDP's overlap."""
+    _check_workload(w)
     dp, ddp = simulate_dp(w), simulate_ddp(w)
     moved = [s + r for s, r in zip(dp.bytes_sent, dp.bytes_received)]
     return {"world_size": w.world_size, "model_bytes": w.model_bytes,

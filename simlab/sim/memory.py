@@ -45,6 +45,8 @@ PRECISIONS = {
 
 def shard_numel(numel: int, world_size: int) -> int:
     """Elements each GPU owns when a flat buffer of `numel` is split over `world_size` GPUs."""
+    check_int("numel", numel, 0)
+    check_int("world_size", world_size, 1)
     return -(-numel // world_size)  # ceil without floats: the last shards carry the padding
 
 
@@ -69,12 +71,12 @@ def _layers(layer_numels) -> list[int]:
 def _check(stage, world_size, precision) -> Precision:
     check_int("stage", stage, 0, 3)
     check_int("world_size", world_size, 1)  # no upper bound: the model is closed-form arithmetic
-    return PRECISIONS[check_choice("precision", precision, PRECISIONS)]
+    return PRECISIONS[check_choice("precision", precision, tuple(PRECISIONS))]  # `in` a dict fails on a list
 
 
 def check_offload(offload, stage: int) -> bool:
     """ZeRO-Offload's rule, for the model, the walkthrough, the executor and the CLI alike."""
-    if check_bool("offload", offload) and stage < 2:
+    if check_bool("offload", offload) and check_int("stage", stage, 0, 3) < 2:
         raise ValueError(f"offload=True: needs stage 2 or 3 (ZeRO-Offload builds on stage 2), "
                          f"got stage={stage}")
     return offload

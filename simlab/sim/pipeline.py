@@ -13,11 +13,14 @@ executor's (`simlab.exec.pipeline`), so a simulated and a real run compare with 
 from __future__ import annotations
 
 import gc
+import math
+import sys
 from contextlib import contextmanager
 
+from .._checks import MAX_COUNT, check_choice, check_int, check_positive
 from ..trace import Event, Trace
 from .pipeline_engine import as_actions, deadlock_messages, run_blocking, shape
-from .schedules import make_schedule, nearest_valid
+from .schedules import SCHEDULES, make_schedule, nearest_valid
 
 
 def _per_stage(name: str, value, stages: int, positive: bool = True) -> list[float]:
@@ -28,6 +31,8 @@ def _per_stage(name: str, value, stages: int, positive: bool = True) -> list[flo
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v > 0 if positive else v >= 0):
             allowed = "a positive number" if positive else "a number >= 0"
             raise ValueError(f"{name}={value!r}: must be {allowed} (or one per stage)")
+        if v > sys.float_info.max:  # inf (nan is refused above), or an int no float can hold
+            raise ValueError(f"{name}={value!r}: must be a finite number (or one per stage)")
     return [float(v) for v in values]
 
 
@@ -63,10 +68,13 @@ def simulate(schedule, t_f=1.0, t_b=2.0, t_w=None, t_comm: float = 0.0, action_t
 
 
 def _check_action_times(schedule, action_times) -> list[list[float]]:
+    if not isinstance(action_times, (list, tuple)) or not all(isinstance(t, (list, tuple)) for t in action_times):
+        raise ValueError(f"action_times={action_times!r}: must be one list of durations per rank")
     if len(action_times) != len(schedule) or any(len(t) != len(a) for t, a in zip(action_times, schedule)):
         raise ValueError("action_times: needs one duration per action, one list per rank, shaped like the schedule")
-    if any(isinstance(x, bool) or not isinstance(x, (int, float)) or x < 0 for t in action_times for x in t):
-        raise ValueError("action_times: every duration must be a number >= 0")
+    if any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x < math.inf
+           for t in action_times for x in t):  # `not 0 <= x` also catches nan
+        raise ValueError("action_times: every duration must be a finite number >= 0")
     return [[float(x) for x in t] for t in action_times]
 
 
@@ -86,13 +94,20 @@ def _simulate(schedule, t_f, t_b, t_w, t_comm, action_times=None) -> Trace:
                  for r, acts in enumerate(schedule) for i, (a, (s, e)) in enumerate(zip(acts, result.times[r])))
 
 
+def _check_trace(trace) -> None:
+    if not isinstance(trace, list) or not all(isinstance(e, Event) for e in trace):
+        raise ValueError(f"trace={trace!r}: must be a Trace (a list of Events), as simulate returns")
+
+
 def makespan(trace: Trace) -> float:
     """Time from the first action's start to the last action's end."""
+    _check_trace(trace)
     return max(e.end for e in trace) - min(e.start for e in trace) if trace else 0.0
 
 
 def bubble_fraction(trace: Trace, ranks: int) -> float:
     """Idle device-time / (ranks × makespan): the share of the pipeline's time nobody computes."""
+    check_int("ranks", ranks, 1, MAX_COUNT)
     span = makespan(trace)
     busy = sum(e.end - e.start for e in trace if e.kind == "compute")
     return (ranks * span - busy) / (ranks * span) if span else 0.0
@@ -126,11 +141,10 @@ def closed_form_bubble(name: str, stages: int, microbatches: int = 1, chunks: in
     >>> closed_form_bubble("1f1b", 4, 8), closed_form_bubble("interleaved", 4, 8, 2)
     (0.2727272727272727, 0.15789473684210525)
     """
-    p, m, v = stages, microbatches, chunks
+    check_choice("name", name, tuple(SCHEDULES))
+    p, m, v = check_int("stages", stages, 1), check_int("microbatches", microbatches, 1), check_int("chunks", chunks, 1)
     forms = {"naive": (p - 1) / p, "gpipe": (p - 1) / (m + p - 1), "1f1b": (p - 1) / (m + p - 1),
              "interleaved": (p - 1) / (v * m + p - 1), "zero-bubble": (p - 1) / (3 * m + p - 1)}
-    if name not in forms:
-        raise ValueError(f"name={name!r}: must be one of {', '.join(forms)}")
     if name == "zero-bubble" and m < p:  # ZB-H1's Ws no longer fill the whole tail: no simple formula
         raise ValueError(f"microbatches={m}: zero-bubble's closed form needs microbatches >= stages={p}")
     return forms[name]
@@ -147,6 +161,7 @@ def explore(name: str, stages: int, microbatches: int, chunks: int = 1, ratio: f
     24.0
     """
     m, v = nearest_valid(name, stages, microbatches, chunks)
+    check_positive("ratio", ratio)
     plan = make_schedule(name, stages, m, v)
     t_f = microbatches / (m * v)
     trace = simulate(plan, t_f=t_f, t_b=ratio * t_f)

@@ -20,17 +20,25 @@ from .._checks import check_choice, check_int
 from ..plan import Action
 
 
+def _check_sizes(stages, microbatches=1, chunks=1) -> tuple[int, int, int]:
+    """Every builder's sizes are whole numbers >= 1: 0 stages would return an empty schedule."""
+    return (check_int("stages", stages, 1), check_int("microbatches", microbatches, 1),
+            check_int("chunks", chunks, 1))
+
+
 def naive(stages: int) -> list[list[Action]]:
     """No micro-batching: each rank runs its stage's forward, then its backward, on the whole batch.
 
     >>> [[str(a) for a in rank] for rank in naive(2)]
     [['0F0', '0B0'], ['1F0', '1B0']]
     """
+    _check_sizes(stages)
     return [[Action(s, "F", 0), Action(s, "B", 0)] for s in range(stages)]
 
 
 def gpipe(stages: int, microbatches: int) -> list[list[Action]]:
     """GPipe (Huang et al., 2019): every forward in micro-batch order, then every backward."""
+    _check_sizes(stages, microbatches)
     mbs = range(microbatches)
     return [[Action(r, "F", j) for j in mbs] + [Action(r, "B", j) for j in mbs] for r in range(stages)]
 
@@ -50,7 +58,7 @@ def one_f_one_b(stages: int, microbatches: int) -> list[list[Action]]:
     >>> [" ".join(map(str, rank)) for rank in one_f_one_b(2, 3)]
     ['0F0 0F1 0B0 0F2 0B1 0B2', '1F0 1B0 1F1 1B1 1F2 1B2']
     """
-    p, m = stages, microbatches
+    p, m, _ = _check_sizes(stages, microbatches)
     return [_warmup_steady_cooldown([Action(r, "F", j) for j in range(m)], [Action(r, "B", j) for j in range(m)],
                                     min(p - r - 1, m)) for r in range(p)]
 
@@ -65,7 +73,7 @@ def interleaved(stages: int, microbatches: int, chunks: int) -> list[list[Action
     >>> " ".join(map(str, interleaved(2, 2, 2)[1]))
     '1F0 1F1 3F0 3B0 3F1 3B1 1B0 1B1'
     """
-    p, m, v = stages, microbatches, chunks
+    p, m, v = _check_sizes(stages, microbatches, chunks)
     if m % p:
         raise ValueError(f"microbatches={m}: interleaved needs a multiple of stages={p}")
     # virtual micro-batch k → (chunk, micro-batch): groups of p micro-batches, chunk by chunk
@@ -90,7 +98,7 @@ def zero_bubble(stages: int, microbatches: int) -> list[list[Action]]:
     >>> [" ".join(map(str, rank)) for rank in zero_bubble(2, 2)]
     ['0F0 0F1 0I0 0W0 0I1 0W1', '1F0 1I0 1F1 1I1 1W0 1W1']
     """
-    p, m = stages, microbatches
+    p, m, _ = _check_sizes(stages, microbatches)
     out = []
     for r in range(p):
         warm = min(p - r - 1, m)
@@ -114,9 +122,7 @@ def make_schedule(name: str, stages: int, microbatches: int = 1, chunks: int = 1
     ValueError: microbatches=3: interleaved needs a multiple of stages=4
     """
     check_choice("name", name, tuple(SCHEDULES))
-    check_int("stages", stages, 1)
-    check_int("microbatches", microbatches, 1)
-    check_int("chunks", chunks, 1)
+    _check_sizes(stages, microbatches, chunks)
     if name != "interleaved" and chunks != 1:
         raise ValueError(f"chunks={chunks}: only interleaved has more than one chunk per rank")
     if name == "naive":
@@ -136,6 +142,7 @@ def nearest_valid(name: str, stages: int, microbatches: int, chunks: int) -> tup
     ((8, 2), (6, 1), (1, 1))
     """
     check_choice("name", name, tuple(SCHEDULES))
+    _check_sizes(stages, microbatches, chunks)
     if name == "naive":
         return 1, 1
     if name == "interleaved":
@@ -150,6 +157,8 @@ def format_grid(schedule: list[list[Action]]) -> str:
     rank 0: 0F0 0F1 0B0 0B1
     rank 1: 1F0 1F1 1B0 1B1
     """
+    if not isinstance(schedule, (list, tuple)) or not all(isinstance(r, (list, tuple)) for r in schedule):
+        raise ValueError(f"schedule={schedule!r}: must be a list with one list of actions per rank")
     width = max((len(str(a)) for rank in schedule for a in rank), default=0)
     label = len(str(len(schedule) - 1))
     rows = [f"rank {r:>{label}}: " + " ".join(f"{str(a):<{width}}" for a in acts)

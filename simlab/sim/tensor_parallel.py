@@ -24,16 +24,31 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._checks import check_choice, check_divisible, check_int, check_ranks
+from .._checks import check_bool, check_choice, check_divisible, check_int, check_ranks
 from .collectives import ring_bytes_sent
 
 KINDS = ("column", "row")
 COMBINE = {"column": "all-gather (concat columns of Y)", "row": "all-reduce (sum of partial Y)"}
 
 def _shape(name: str, shape) -> tuple[int, int]:
+    if not isinstance(shape, (tuple, list)):
+        raise ValueError(f"{name}={shape!r}: must be a pair (rows, cols)")
     if len(tuple(shape)) != 2:  # ints or numpy ints, each >= 1
         raise ValueError(f"{name}={tuple(shape)}: must have 2 dimensions (rows, cols)")
-    return tuple(check_int(f"{name}[{i}]", int(d), 1) for i, d in enumerate(shape))
+    # numpy ints become ints; a float stays a float and is refused (int() would cut 4.7 to 4)
+    dims = [int(d) if isinstance(d, np.integer) else d for d in shape]
+    return tuple(check_int(f"{name}[{i}]", d, 1) for i, d in enumerate(dims))
+
+
+def _array(name: str, value) -> np.ndarray:
+    """`value` as an array of finite numbers: text, ragged lists, nan and inf are refused by name."""
+    try:
+        arr = np.asarray(value)
+    except ValueError:  # ragged nested lists
+        arr = np.asarray(None)
+    if arr.dtype.kind not in "iuf" or not np.isfinite(arr).all():
+        raise ValueError(f"{name}: must be an array of finite numbers")
+    return arr
 
 
 @dataclass(frozen=True)
@@ -95,11 +110,12 @@ class Split:
         return float(np.abs(self.result - self.reference).max())
 
 
-def _check_xw(x, w) -> tuple[np.ndarray, np.ndarray]:
-    x, w = np.asarray(x), np.asarray(w)
-    _shape("w.shape", w.shape)
+def _check_xw(x, w, w_name: str = "w") -> tuple[np.ndarray, np.ndarray]:
+    x, w = _array("x", x), _array(w_name, w)
+    _shape(f"{w_name}.shape", w.shape)
     if x.ndim != 2 or x.shape[1] != w.shape[0] or x.shape[0] < 1:
-        raise ValueError(f"x.shape={x.shape}: must be (b, {w.shape[0]}) with b >= 1 to multiply W {w.shape}")
+        raise ValueError(f"x.shape={x.shape}: must be (b, {w.shape[0]}) with b >= 1 to multiply "
+                         f"{w_name.upper()} {w.shape}")
     return x, w
 
 
@@ -171,8 +187,8 @@ def bytes_per_rank(steps) -> list[int]:
 
 def _check_mlp(ranks, x, a, b):
     check_ranks("ranks", ranks)
-    x, a = _check_xw(x, a)
-    b = np.asarray(b)
+    x, a = _check_xw(x, a, "a")
+    b = _array("b", b)
     if b.ndim != 2 or b.shape[0] != a.shape[1] or 0 in b.shape:
         raise ValueError(f"b.shape={b.shape}: must be (ffn, out) with ffn = a.shape[1] = {a.shape[1]} rows")
     return (np.asarray(m, dtype=np.float64) for m in (x, a, b))
@@ -181,6 +197,7 @@ def _check_mlp(ranks, x, a, b):
 def megatron_mlp(ranks: int, x, a, b) -> Split:
     """GeLU(X·A)·B with A split by columns, B by rows: GeLU stays local, one all-reduce (g) at the end."""
     x, a, b = _check_mlp(ranks, x, a, b)
+    check_divisible("a.shape[1]", a.shape[1], "ranks", ranks)  # A's columns (and B's rows) split evenly
     cols = shard_plan("column", ranks, a.shape).cols  # B's rows follow A's columns
     partials = [gelu(x @ a[:, c0:c1]) @ b[c0:c1, :] for c0, c1 in cols]  # (t, f/N) → (t, h) each
     steps = block_steps("mlp", ranks, x.shape[0], x.shape[1], a.shape[1], itemsize=8)
@@ -190,6 +207,7 @@ def megatron_mlp(ranks: int, x, a, b) -> Split:
 def broken_mlp(ranks: int, x, a, b) -> Split:
     """A split by rows (so X by columns): each rank applies GeLU to a *partial* sum — wrong maths."""
     x, a, b = _check_mlp(ranks, x, a, b)
+    check_divisible("a.shape[0]", a.shape[0], "ranks", ranks)
     rows = shard_plan("row", ranks, a.shape).rows
     partials = [gelu(x[:, r0:r1] @ a[r0:r1, :]) @ b for r0, r1 in rows]  # GeLU(X_r·A_r)·B: (t, h)
     return Split(partials, sum(partials), gelu(x @ a) @ b)  # reference = GeLU(Σ_r X_r·A_r)·B
@@ -208,7 +226,8 @@ def _attention(x, wq, wk, wv, wo, heads: int):
 def attention_split(ranks: int, x, wq, wk, wv, wo, heads: int) -> Split:
     """Self-attention split by heads: rank r owns heads [r·a/N, (r+1)·a/N): their Q/K/V columns and W_o rows."""
     check_ranks("ranks", ranks)
-    x, wq, wk, wv, wo = (np.asarray(m, dtype=np.float64) for m in (x, wq, wk, wv, wo))
+    x, wq, wk, wv, wo = (_array(n, m).astype(np.float64) for n, m in zip(("x", "wq", "wk", "wv", "wo"),
+                                                                         (x, wq, wk, wv, wo)))
     if x.ndim != 3 or min(x.shape) < 1:
         raise ValueError(f"x.shape={x.shape}: must be (b, s, h) with no zero dimension")
     b, s, h = x.shape
@@ -233,7 +252,7 @@ def layer_comm(ranks: int, batch: int, seq: int, hidden: int, itemsize: int = 2,
     parallel splits the activations between blocks by sequence: each all-reduce becomes reduce-scatter + all-gather."""
     check_ranks("ranks", ranks)
     numel = check_int("batch", batch, 1) * check_int("seq", seq, 1) * check_int("hidden", hidden, 1)
-    check_choice("sequence_parallel", sequence_parallel, (False, True))
+    check_bool("sequence_parallel", sequence_parallel)  # not check_choice: 1 == True would pass
     if sequence_parallel:
         check_divisible("seq", seq, "ranks", ranks)
         fwd = [("all-gather", "g {}"), ("reduce-scatter", "ḡ {}")]  # Korthikanti et al. 2022: g gathers the

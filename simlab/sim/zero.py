@@ -153,7 +153,7 @@ def walkthrough(stage: int, layers: int = 3, world_size: int = 3, offload: bool 
     check_int("stage", stage, 0, 3)
     check_int("layers", layers, 1, 26)  # one letter per layer: La … Lz
     check_ranks("world_size", world_size)
-    check_choice("precision", precision, PRECISIONS)
+    check_choice("precision", precision, tuple(PRECISIONS))  # `in` a dict fails on a list
     check_int("block_numel", block_numel, 1)
     check_offload(offload, stage)
     s = _Scene(stage, layers, world_size, offload, precision, block_numel)
@@ -196,17 +196,25 @@ def walkthrough(stage: int, layers: int = 3, world_size: int = 3, offload: bool 
     return s.steps
 
 
+def _check_steps(steps) -> list:
+    if not isinstance(steps, (list, tuple)) or not steps or not all(isinstance(s, ZeroStep) for s in steps):
+        raise ValueError(f"steps={steps!r}: must be the list of ZeroSteps that walkthrough returns")
+    return steps
+
+
 def memory_curve(steps) -> list[list[int]]:
     """Bytes of model state per GPU after each step: one list per GPU (plot one line each)."""
+    _check_steps(steps)
     return [[st.gpu_bytes[g] for st in steps] for g in range(len(steps[0].gpu_bytes))]
 
 
-def peak_bytes(steps) -> list[int]:  # per GPU
+def peak_bytes(steps) -> list[int]:  # per GPU (memory_curve checks `steps`)
     return [max(curve) for curve in memory_curve(steps)]
 
 
 def comm_bytes(steps) -> list[int]:
     """Bytes each GPU sent to other GPUs over the whole step (host transfers not included)."""
+    _check_steps(steps)
     return [sum(st.bytes_sent[g] for st in steps) for g in range(len(steps[0].bytes_sent))]
 
 
@@ -216,6 +224,7 @@ def to_trace(steps) -> Trace:
     Event kinds: "compute" (forward, backward, free, step on a GPU), "comm" (collectives, and
     PCIe copies: to-cpu from lane g to N + g, to-gpu the other way), "cpu" (Adam on the host).
     """
+    _check_steps(steps)
     n, out = len(steps[0].gpu_bytes), Trace()
     for st in steps:
         if st.kind == "state":
@@ -234,6 +243,8 @@ def to_trace(steps) -> Trace:
 
 def holdings_text(step: ZeroStep) -> str:
     """A deterministic table of who holds what after `step`: one row per GPU (and host, if used)."""
+    if not isinstance(step, ZeroStep):
+        raise ValueError(f"step={step!r}: must be one ZeroStep of a walkthrough")
     def cell(blocks):
         return " ".join(sorted(blocks, key=_order)) or "-"
 
