@@ -3,9 +3,10 @@
 What it teaches: what a launcher really does before your first collective can run —
   1. start processes (fork: fast, works for notebook functions; spawn: re-imports everything),
   2. rendezvous: every rank finds the others through one key-value store (TCPStore) at a known address,
-  3. init the process group (gloo on CPU, NCCL with one GPU per rank),
-  4. and the unglamorous half: a rank that raises, dies or hangs must not hang *you* —
-     the parent watches every rank, kills them all on the first failure, and leaves nothing behind.
+  3. init the process group (gloo on CPU, NCCL with one GPU per rank; gloo kept on loopback, see below),
+  4. and the unglamorous half: a rank that raises, dies or hangs must not hang *you* — the parent watches
+     every rank, says which one did what (launch_watch.py), stops them all on the first failure with
+     whatever they started, and leaves nothing behind.
 
 Run a demo: python -m simlab.exec.launch   (prints each rank's all_reduce result)
 Under torchrun (RANK/WORLD_SIZE/MASTER_ADDR set) nothing is spawned: this process is one rank.
@@ -14,39 +15,31 @@ from __future__ import annotations
 
 import ctypes
 import datetime
+import faulthandler
+import fcntl
 import gc
+import ipaddress
 import os
 import pickle
+import shutil
 import signal
 import socket
+import struct
 import sys
+import tempfile
 import time
 import traceback
-from multiprocessing.connection import wait
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from simlab._checks import check_choice, check_int, check_positive
+from simlab.exec.launch_watch import LaunchTimeout, WorkerError, collect, locate  # noqa: F401 (errors: our API)
 
 BACKENDS = ("auto", "gloo", "nccl")
 START_METHODS = ("auto", "fork", "spawn", "forkserver")
-_SLICE = 0.2  # seconds per wait: short, so Ctrl-C and the timeout are noticed promptly
 _BACKSTOP = 5.0  # extra seconds for the workers' own store/collective timeouts
-_SETTLE = 0.5  # after a first failure, how long to collect the others before naming the cause
-
-
-class WorkerError(RuntimeError):
-    """A rank raised or died; `.rank` says which, `.traceback` holds its traceback text ('' if it died)."""
-
-    def __init__(self, message: str, rank: int = -1, traceback: str = ""):
-        super().__init__(message)
-        self.rank, self.traceback = rank, traceback
-
-
-class LaunchTimeout(TimeoutError):
-    """The run took longer than `timeout` seconds — usually a collective that one rank never joined."""
 
 
 def resolve_backend(backend: str, world_size: int) -> str:
@@ -77,26 +70,35 @@ def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="au
     every worker is stopped first. Results travel back pickled, so tensors arrive as ordinary tensors;
     return CPU tensors (`t.cpu()`): a CUDA one would initialise CUDA here, and later launches must spawn.
     """
+    _check_fn(fn)
     backend = resolve_backend(backend, world_size)
     timeout = check_positive("timeout", timeout)
     check_choice("start_method", start_method, START_METHODS)
     if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
         return _run_under_torchrun(fn, world_size, args, kwargs, backend, timeout)
-    ctx = mp.get_context(_pick_start_method(start_method))
+    method = _pick_start_method(start_method)
+    if method != "fork":
+        _check_picklable(fn, method)
+    ctx = mp.get_context(method)
     host = os.environ.get("SIMLAB_MASTER_ADDR", "127.0.0.1")
     # Rendezvous: we bind the store's socket ourselves (port 0 → the OS picks a free one, no race) and
-    # listen on `host` only. It is listening now, so workers that connect early just queue.
-    sock = socket.create_server((host, 0), backlog=128)
+    try:  # listen on `host` only. It is listening now, so workers that connect early just queue.
+        sock = socket.create_server((host, 0), backlog=128)
+    except OSError as err:  # only a bad $SIMLAB_MASTER_ADDR gets here: name it
+        raise ValueError(f"SIMLAB_MASTER_ADDR={host!r}: cannot listen there ({err.strerror or err})") from None
     port = sock.getsockname()[1]
+    setup = dict(backend=backend, host=host, port=port, timeout=timeout, gloo_ifname=_gloo_interface(host))
+    stacks = tempfile.mkdtemp(prefix="simlab-launch-")  # where a hung rank dumps its stack when asked
+    stack_files = [os.path.join(stacks, f"rank{rank}.stack") for rank in range(world_size)]
     procs, conns, store, ok = [], [], None, False
     try:
         for rank in range(world_size):
             recv_end, send_end = ctx.Pipe(duplex=False)
             conns.append(recv_end)
-            worker_args = (fn, rank, world_size, args, kwargs, backend, host, port, timeout, send_end)
+            worker_args = (fn, rank, world_size, args, kwargs, setup, stack_files[rank], send_end)
             proc = ctx.Process(target=_worker, args=worker_args, name=f"simlab-rank{rank}")
             try:
-                proc.start()  # spawn/forkserver pickle fn here: a notebook function or closure fails
+                proc.start()  # spawn/forkserver pickle fn and its arguments here
             finally:
                 send_end.close()  # only the child may hold the write end
             procs.append(proc)
@@ -104,7 +106,7 @@ def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="au
         # holds a lock (we caught one in its string formatting) can deadlock on that lock forever.
         store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False,
                               master_listen_fd=sock.detach())  # the store owns and closes it now
-        results = _collect(procs, conns, timeout)
+        results = collect(procs, conns, timeout, stack_files)
         ok = True
         return results
     finally:
@@ -113,6 +115,52 @@ def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="au
             conn.close()
         sock.close()  # a no-op once the store owns the socket
         del store  # stops the server thread and frees the port, even while a traceback holds this frame
+        shutil.rmtree(stacks, ignore_errors=True)
+
+
+def _check_fn(fn):
+    if not callable(fn):
+        shown = " ".join(repr(fn).split())[:60]  # one line, even for a tensor passed by mistake
+        raise TypeError(f"fn={shown}: must be a function, called on every rank as fn(rank, world_size, *args)")
+
+
+def _check_picklable(fn, method):
+    """spawn and forkserver send `fn` to each rank pickled, i.e. as "module + name" the new process imports."""
+    name = getattr(fn, "__qualname__", type(fn).__name__)
+    try:
+        pickle.dumps(fn)
+        reason = None
+        main_file = getattr(sys.modules["__main__"], "__file__", None) or ""  # none in a notebook or a REPL
+        if getattr(fn, "__module__", None) == "__main__" and not os.path.isfile(main_file):
+            reason = "it is defined in a notebook or an interactive session, which a new process cannot import"
+    except Exception as exc:
+        reason = " ".join(str(exc).split())
+    if reason:
+        raise TypeError(f"fn={name}: start_method={method!r} pickles the function to send it to each rank, "
+                        f"and this one cannot be pickled ({reason}): define it at the top level of a module "
+                        f"(a .py file), not inside another function or in a notebook")
+
+
+def _gloo_interface(host):
+    """The loopback interface ('lo') when the rendezvous is on this machine, else None. gloo listens not where
+    the store does but where this machine's *hostname* resolves to, often a LAN address: every course run
+    would be open to the network. A GLOO_SOCKET_IFNAME you set yourself is left alone."""
+    if "GLOO_SOCKET_IFNAME" in os.environ:
+        return None
+    try:
+        if not all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None)):
+            return None
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for _, name in socket.if_nameindex():
+                try:  # SIOCGIFADDR: the interface's IPv4 address, in bytes 20-23 of the answer
+                    address = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()))[20:24]
+                except OSError:  # no IPv4 address
+                    continue
+                if ipaddress.ip_address(address).is_loopback:
+                    return name
+    except (OSError, ValueError):  # not Linux-like, or an unresolvable host: leave gloo's choice alone
+        pass
+    return None
 
 
 def _pick_start_method(start_method: str) -> str:
@@ -126,18 +174,23 @@ def _pick_start_method(start_method: str) -> str:
 
 # ---------------------------------------------------------------- inside each worker process
 
-def _worker(fn, rank, world_size, args, kwargs, backend, host, port, timeout, conn):
+def _worker(fn, rank, world_size, args, kwargs, setup, stack_file, conn):
+    os.setsid()  # a session of our own: at the end the parent stops it whole, with anything we started
+    _die_with_parent()
+    stacks = open(stack_file, "w")  # if the run hangs, the parent asks where we are: SIGUSR1 dumps our stack
+    faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)  # works even inside a C++ collective
     torch.set_num_threads(1)  # fork trap: a forked child's matmul can hang on the parent's thread pool
     gc.freeze()  # inherited objects are the parent's: teardown's gc.collect() skips them (saves 0.2 s)
-    _die_with_parent()
     payload = None
     try:
-        if backend == "nccl":
+        if setup["backend"] == "nccl":
             torch.cuda.set_device(rank)
+        if setup["gloo_ifname"]:  # loopback only, see _gloo_interface
+            os.environ.setdefault("GLOO_SOCKET_IFNAME", setup["gloo_ifname"])
         # The parent owns the clock; our own timeouts are only a backstop, so they fire a bit later.
-        wait_for = datetime.timedelta(seconds=timeout + _BACKSTOP)
-        store = dist.TCPStore(host, port, is_master=False, timeout=wait_for)
-        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=wait_for)
+        wait_for = datetime.timedelta(seconds=setup["timeout"] + _BACKSTOP)
+        store = dist.TCPStore(setup["host"], setup["port"], is_master=False, timeout=wait_for)
+        dist.init_process_group(setup["backend"], store=store, rank=rank, world_size=world_size, timeout=wait_for)
         _wait_for_all(store, world_size)
         payload = pickle.dumps(("ok", fn(rank, world_size, *args, **kwargs)))
     except BaseException:  # report first: the parent stops the others while we tidy up
@@ -149,11 +202,15 @@ def _worker(fn, rank, world_size, args, kwargs, backend, host, port, timeout, co
     if payload:
         conn.send_bytes(payload)  # sent after teardown, so a crash while tearing down is reported too
     conn.close()
+    stacks.close()
 
 
 def _error_message() -> bytes:
-    exc = sys.exc_info()[1]  # the time stamp lets the parent tell the first failure from knock-ons
-    return pickle.dumps(("err", time.time(), f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+    # The time stamp and where it failed (inside a collective?) let the parent tell the cause from knock-ons.
+    exc = sys.exc_info()[1]
+    frames = [(f.filename, f.lineno, f.name) for f in reversed(traceback.extract_tb(exc.__traceback__))]
+    header = f"{type(exc).__name__}: {exc}"
+    return pickle.dumps(("err", time.time(), header, traceback.format_exc(), locate(frames)))
 
 
 def _wait_for_all(store, world_size):
@@ -178,64 +235,35 @@ def _die_with_parent():
         pass
 
 
-# ---------------------------------------------------------------- the parent watches
-
-def _collect(procs, conns, timeout):
-    results, failures = {}, {}  # rank → return value;  rank → (how likely the root cause, WorkerError)
-    deadline = time.monotonic() + timeout
-    while len(results) + len(failures) < len(procs) and time.monotonic() < deadline:
-        pending = [r for r in range(len(procs)) if r not in results and r not in failures]
-        owner = {conns[r]: r for r in pending} | {procs[r].sentinel: r for r in pending}
-        ready = wait(list(owner), timeout=max(0.0, min(_SLICE, deadline - time.monotonic())))
-        for rank in sorted({owner[x] for x in ready}):
-            message = _receive(conns[rank])
-            if message is None:  # died without a word: likelier the cause than others' "peer closed"
-                failures[rank] = ((0, rank), _death_error(rank, procs[rank]))
-            elif message[0] == "ok":
-                results[rank] = message[1]
-            else:  # the earliest error is the cause, later ones are knock-on effects
-                _, when, header, tb = message
-                failures[rank] = ((1, when), WorkerError(f"rank {rank} failed: {header}\n\n{tb}", rank, tb))
-        if failures:  # let the knock-on effects (and a dying rank's sentinel) arrive before judging
-            deadline = min(deadline, time.monotonic() + _SETTLE)
-    if failures:
-        raise min(failures.values(), key=lambda f: f[0])[1]
-    if len(results) < len(procs):
-        pending = [r for r in range(len(procs)) if r not in results]
-        raise LaunchTimeout(f"timeout={timeout}s: ranks {pending} still running (hung collective?)")
-    return [results[r] for r in range(len(procs))]
-
-
-def _receive(conn):  # the rank's next message, or None if it exited without sending one
-    try:
-        return pickle.loads(conn.recv_bytes()) if conn.poll() else None  # no data: only its sentinel fired
-    except EOFError:
-        return None
-
-
-def _death_error(rank, proc):
-    proc.join(1.0)  # its sentinel fired, so this is quick; it makes exitcode available
-    code = proc.exitcode
-    how = f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-    return WorkerError(f"rank {rank} {how} before returning a result", rank)
-
+# ---------------------------------------------------------------- the parent stops everything
 
 def _stop(procs, grace):
-    """Join every worker: wait `grace` s, then SIGTERM all at once, then SIGKILL stragglers."""
+    """Wait `grace` s for the workers, then SIGTERM each one's process group (the worker and anything it
+    started: a process it started would otherwise outlive the run), then SIGKILL what is left."""
     deadline = time.monotonic() + grace
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
     for p in procs:
-        if p.is_alive():
-            p.terminate()
+        _signal_group(p, signal.SIGTERM)
+        p.terminate()  # the worker too: it may not have made its own group yet (a no-op once it exited)
     deadline = time.monotonic() + 1.0
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
+    while any(_signal_group(p, 0) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)  # signal 0 only asks "anyone left?": give what they started the same second
     for p in procs:
-        if p.is_alive():
-            p.kill()
-            p.join()
+        _signal_group(p, signal.SIGKILL)
+        p.kill()
+        p.join()
         p.close()  # releases the sentinel fd now rather than at garbage collection
+
+
+def _signal_group(proc, sig) -> bool:
+    try:  # the group's id is the worker's pid (os.setsid); it lasts while anyone in it is left
+        os.killpg(proc.pid, sig)
+        return True
+    except OSError:  # nobody left in it
+        return False
 
 
 # ---------------------------------------------------------------- started by torchrun
