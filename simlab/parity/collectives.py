@@ -3,7 +3,10 @@ step by step.
 
 `run_collective` launches workers on the simulator's integer inputs, runs our collective and torch's
 on each rank, and rebuilds the simulator's view of every step from what the ranks recorded. The
-single-process reference is the simulator's exact expected result (`simlab.sim.stepper.expected_final`):
+single-process reference is the simulator's exact expected result (`simlab.sim.stepper.expected_final`).
+Memory stays proportional to the buffer: each rank builds only its own input and checks its own output
+against the exact sums streamed a piece at a time (`expected_pieces`), and the parent simulates values
+only when the ranks recorded them (`snapshots`), else symbolically (who contributed, no arrays):
 
     >>> res = run_collective("ring-all-reduce", world_size=4, numel=10, snapshots=True)
     >>> res["matches_simulator"], res["max_abs_diff_vs_torch"], res["bytes_sent_per_rank"]
@@ -11,14 +14,15 @@ single-process reference is the simulator's exact expected result (`simlab.sim.s
 """
 from __future__ import annotations
 
-import numpy as np
+import resource
+
 import torch
 import torch.distributed as dist
 
 from .._checks import check_bool, check_int
-from ..plan import CollectivePlan, Transfer, chunk_offsets, split_sizes
-from ..sim.collectives import canonical, make_inputs, plan_for
-from ..sim.stepper import SimStep, expected_final, simulate, steps_match
+from ..plan import CollectivePlan, Transfer, chunk_offsets
+from ..sim.collectives import PIECE, canonical, input_pieces, make_inputs, plan_for
+from ..sim.stepper import SimStep, expected_pieces, simulate, steps_match
 from ..trace import Recorder, merge
 from ..exec.collectives import naive_all_reduce, ring_all_gather, ring_all_reduce, ring_reduce_scatter, tree_broadcast
 from ..exec.launch import device, launch
@@ -49,43 +53,104 @@ def real_steps(plan: CollectivePlan, per_rank_records) -> list[SimStep]:
 
 def run_collective(name: str, world_size: int, numel: int, backend: str = "auto", seed: int = 0,
                    snapshots: bool = False, timeout: float = 60.0) -> dict:
-    """Launch `world_size` workers on `make_inputs(world_size, numel, seed)` and check everything."""
+    """Launch `world_size` workers on `make_inputs(world_size, numel, seed)` and check everything.
+
+    `per_rank[r]` holds rank r's recorder, its max diffs, and its peak RSS (`peak_rss_bytes`) next to its
+    RSS when it started (`start_rss_bytes`). `snapshots=True` records every step's values (an int64 copy
+    of each held chunk per step): for lessons' small buffers, not for big ones."""
     name = canonical(name)
     backend = check_run(world_size, backend, timeout, seed)
     plan = plan_for(name, world_size, check_int("numel", numel, 1), 4)
     check_bool("snapshots", snapshots)
     ranks = launch(_worker, world_size, name, numel, seed, snapshots, backend=backend, timeout=timeout)
     recorders = [r["recorder"] for r in ranks]
-    inputs = make_inputs(world_size, numel, seed)
-    sim = simulate(plan, inputs)
+    # values per step are compared only where the ranks recorded theirs; else the trace is compared
+    # with a symbolic simulation, which needs no copy of anyone's buffer however big
+    sim = simulate(plan, make_inputs(world_size, numel, seed)) if snapshots else simulate(plan, symbolic=True)
     trace, steps = merge(rec.events for rec in recorders), real_steps(plan, recorders)
     return result(world_size=world_size, backend=ranks[0]["backend"], trace=trace,
                   bytes_sent_per_rank=[rec.bytes_sent for rec in recorders],
-                  max_abs_diff_vs_reference=_diff_vs_expected(plan, inputs, [r["ours"] for r in ranks]),
+                  max_abs_diff_vs_reference=max(r["max_abs_diff_vs_reference"] for r in ranks),
                   max_abs_diff_vs_torch=max(r["max_abs_diff"] for r in ranks),
                   name=name, numel=numel, plan=plan, sim=sim, steps=steps, per_rank=ranks,
                   matches_simulator=trace.signature() == sim.trace.signature()
                   and (not snapshots or all(steps_match(sim.steps, steps))))
 
 
-def _diff_vs_expected(plan: CollectivePlan, inputs, outputs) -> float:
-    """max |ours − the exact sums| wherever the goal says a rank must hold something. A rank's output
-    is its whole buffer, or (reduce-scatter) only its own chunk."""
-    offsets, worst = chunk_offsets(plan.chunk_sizes), 0.0
-    for r, row in enumerate(expected_final(plan, inputs)):
-        for c, want in enumerate(row):
-            if want is not None:
-                got = outputs[r] if outputs[r].size != plan.numel else outputs[r][offsets[c]:offsets[c] + want.size]
-                worst = max(worst, float(np.abs(got - want).max(initial=0.0)))
-    return worst
+def _peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # the high-water mark; Linux counts KiB
 
 
 def _worker(rank: int, world_size: int, name: str, numel: int, seed: int, snapshots: bool) -> dict:
-    # small integers in float32: every sum is exact, so ours and torch's must agree to the bit
-    x = torch.tensor(make_inputs(world_size, numel, seed)[rank], dtype=torch.float32, device=device())
+    start_rss, plan = _peak_rss(), plan_for(name, world_size, numel, 4)
+    x = _own_input(plan, name, rank, seed)
     recorder = Recorder(rank, snapshots=snapshots)
-    ours, theirs = _ours_and_torchs(name, x, recorder)
-    return {"recorder": recorder, "max_abs_diff": max_abs_diff(ours, theirs), "backend": dist.get_backend(), "ours": ours.cpu().numpy()}
+    ours = _ours(name, x, recorder, plan)
+    return {"recorder": recorder, "max_abs_diff": _diff_vs_torch(name, x, ours, plan, seed),
+            "max_abs_diff_vs_reference": _diff_vs_expected(plan, rank, seed, ours), "backend": dist.get_backend(),
+            "start_rss_bytes": start_rss, "peak_rss_bytes": _peak_rss()}
+
+
+def _own_input(plan: CollectivePlan, name: str, rank: int, seed: int) -> torch.Tensor:
+    """This rank's `make_inputs(...)[rank]`, or (all-gather) only its chunk of it, built a piece at a time:
+    no rank ever materialises another's input. Small integers in float32: every sum is exact, so ours and
+    torch's must agree to the bit."""
+    lo, hi = 0, plan.numel
+    if name == "ring-all-gather":  # rank r brings only its chunk r
+        lo = chunk_offsets(plan.chunk_sizes)[rank]
+        hi = lo + plan.chunk_sizes[rank]
+    x = torch.empty(hi - lo, dtype=torch.float32, device=device())
+    for offset, parts in input_pieces(plan.world_size, plan.numel, seed, [rank], lo, hi):
+        x[offset - lo:offset - lo + parts[rank].size].copy_(torch.from_numpy(parts[rank]))
+    return x
+
+
+def _ours(name: str, x: torch.Tensor, recorder: Recorder, plan: CollectivePlan) -> torch.Tensor:
+    """Our collective on what this rank brings, `x`: (numel,), or (all-gather) its chunk. The in-place
+    ones run on `x` itself: one buffer less to hold."""
+    rank = dist.get_rank()
+    if name == "ring-reduce-scatter":
+        ours = x.new_empty(plan.chunk_sizes[rank])  # (chunk r,)
+        ring_reduce_scatter(ours, x, recorder)
+    elif name == "ring-all-gather":
+        ours = x.new_empty(plan.numel)
+        ring_all_gather(ours, x, recorder)
+    else:
+        ours = x
+        {"ring-all-reduce": ring_all_reduce, "naive-all-reduce": naive_all_reduce,
+         "tree-broadcast": tree_broadcast}[name](ours, recorder=recorder)
+    return ours
+
+
+def _diff_vs_torch(name: str, x: torch.Tensor, ours: torch.Tensor, plan: CollectivePlan, seed: int) -> float:
+    """max |ours − torch's own collective on the same inputs|. Torch's runs a piece at a time (every rank
+    on the same pieces), so its result never sits whole beside ours: small integers sum exactly, whatever
+    algorithm gloo picks for a piece's size."""
+    rank, sizes, offsets, worst = dist.get_rank(), plan.chunk_sizes, chunk_offsets(plan.chunk_sizes), 0.0
+    if name in ("ring-reduce-scatter", "ring-all-gather"):  # `x` is intact: piece `lo` of every chunk
+        for lo in range(0, max(sizes), PIECE):
+            counts = [min(max(size - lo, 0), PIECE) for size in sizes]  # some may be empty
+            if name == "ring-reduce-scatter":
+                theirs, got = x.new_empty(counts[rank]), ours[lo:lo + counts[rank]]
+                dist.reduce_scatter(theirs, [x[o + lo:o + lo + k] for o, k in zip(offsets, counts)])
+            else:
+                theirs = torch_all_gather_uneven(x[lo:lo + counts[rank]], counts)
+                got = torch.cat([ours[o + lo:o + lo + k] for o, k in zip(offsets, counts)])
+            worst = max(worst, max_abs_diff(got, theirs))
+        return worst
+    for offset, parts in input_pieces(plan.world_size, plan.numel, seed, [rank]):  # `x` is ours now: redraw it
+        theirs = torch.from_numpy(parts[rank]).to(ours)  # float32, on our device
+        dist.broadcast(theirs, src=0) if name == "tree-broadcast" else dist.all_reduce(theirs)
+        worst = max(worst, max_abs_diff(ours[offset:offset + theirs.numel()], theirs))
+    return worst
+
+
+def _diff_vs_expected(plan: CollectivePlan, rank: int, seed: int, ours: torch.Tensor) -> float:
+    """max |ours − the exact sums| wherever the goal says this rank must hold something. `ours` is the
+    whole buffer, or (reduce-scatter) only this rank's chunk."""
+    base = 0 if ours.numel() == plan.numel else chunk_offsets(plan.chunk_sizes)[rank]
+    return max((max_abs_diff(ours[o - base:o - base + want.size], torch.from_numpy(want))
+                for o, want in expected_pieces(plan, rank, seed)), default=0.0)
 
 
 def torch_all_gather_uneven(mine: torch.Tensor, sizes, group=None) -> torch.Tensor:
@@ -96,22 +161,3 @@ def torch_all_gather_uneven(mine: torch.Tensor, sizes, group=None) -> torch.Tens
     padded[rank][:sizes[rank]] = mine
     dist.all_gather(padded, padded[rank].clone(), group=group)
     return torch.cat([p[:s] for p, s in zip(padded, sizes)])
-
-
-def _ours_and_torchs(name: str, x: torch.Tensor, recorder: Recorder) -> tuple:
-    """Our collective and torch's own on the same input `x` (numel,)."""
-    sizes, rank = split_sizes(x.numel(), dist.get_world_size()), dist.get_rank()
-    if name == "ring-reduce-scatter":
-        ours, theirs = x.new_empty(sizes[rank]), x.new_empty(sizes[rank])  # (chunk r,)
-        ring_reduce_scatter(ours, x, recorder)
-        dist.reduce_scatter(theirs, list(x.split(sizes)))  # the list form accepts uneven chunks
-    elif name == "ring-all-gather":
-        ours, mine = torch.empty_like(x), x.split(sizes)[rank]  # rank r brings its chunk r
-        ring_all_gather(ours, mine, recorder)
-        theirs = torch_all_gather_uneven(mine, sizes)
-    else:
-        ours, theirs = x.clone(), x.clone()
-        {"ring-all-reduce": ring_all_reduce, "naive-all-reduce": naive_all_reduce,
-         "tree-broadcast": tree_broadcast}[name](ours, recorder=recorder)
-        dist.broadcast(theirs, src=0) if name == "tree-broadcast" else dist.all_reduce(theirs)
-    return ours, theirs

@@ -10,6 +10,7 @@ Teaches: the ring reduce-scatter / all-gather / all-reduce, a binomial-tree broa
 """
 from __future__ import annotations
 
+import copy
 from functools import lru_cache
 
 import numpy as np
@@ -102,7 +103,7 @@ ALIASES = {"ring-allreduce": "ring-all-reduce", "broadcast": "tree-broadcast",  
 
 def canonical(name: str) -> str:
     """A collective's one name: 'ring-allreduce' (an old spelling) → 'ring-all-reduce'."""
-    name = ALIASES.get(name, name)
+    name = ALIASES.get(name, name) if isinstance(name, str) else name  # a list would not hash
     return check_choice("collective", name, tuple(PLANS))
 
 
@@ -112,10 +113,17 @@ def make_plan(name: str, world_size: int, numel: int, itemsize: int = 4, root: i
     return PLANS[name](world_size, numel, itemsize=itemsize, **kwargs)
 
 
-@lru_cache(maxsize=512)
 def plan_for(name: str, world_size: int, numel: int, itemsize: int = 4, root: int = 0) -> CollectivePlan:
     """`make_plan`, built once per shape: plans are immutable, and the executor (every ring it runs),
     the TP byte counts and the DDP step model ask for the same shapes again and again."""
+    name = canonical(name)
+    for arg, value in (("world_size", world_size), ("numel", numel), ("itemsize", itemsize), ("root", root)):
+        check_int(arg, value)  # before the cache, which takes 4.0 or True for 4 or 1 and cannot hash a list
+    return _cached_plan(name, world_size, numel, itemsize, root)
+
+
+@lru_cache(maxsize=512)
+def _cached_plan(name: str, world_size: int, numel: int, itemsize: int, root: int) -> CollectivePlan:
     return make_plan(name, world_size, numel, itemsize, root)
 
 
@@ -132,7 +140,42 @@ def ring_bytes_sent(goal: str, world_size: int, numel: int, itemsize: int = 4) -
                     itemsize).bytes_sent_per_rank()
 
 
+def _draw(rng, count: int) -> np.ndarray:
+    return rng.integers(0, 10, size=count, dtype=np.int64)
+
+
 def make_inputs(world_size: int, numel: int, seed: int = 0) -> list[np.ndarray]:
     """Small deterministic integers, one buffer per rank: sums stay exact even in float32."""
+    check_int("world_size", world_size, 1)
+    check_int("numel", numel, 0)
+    check_int("seed", seed, 0)  # None would draw different inputs every time
     rng = np.random.default_rng(seed)
-    return [rng.integers(0, 10, size=numel, dtype=np.int64) for _ in range(world_size)]
+    return [_draw(rng, numel) for _ in range(world_size)]
+
+
+# Elements per piece when inputs are streamed: 128 KiB of int64 per rank. Bigger pieces leave more freed
+# but kept heap behind: a 16 MiB real run peaked 6 MB higher with pieces 4x as big.
+PIECE = 1 << 14
+
+
+def input_pieces(world_size: int, numel: int, seed: int = 0, ranks=None, start: int = 0, stop: int | None = None):
+    """`make_inputs(world_size, numel, seed)[r][start:stop]` for each r in `ranks` (default: all), a piece
+    at a time: yields (offset in the buffer, {rank: int64 array of up to PIECE elements}).
+
+    Memory stays at one piece per rank however big the buffers. The values are make_inputs' own: the
+    generator draws rank 0's buffer, then rank 1's, ..., and drawing k then m values gives the same
+    numbers as drawing k + m at once, so we walk the stream once, keep a generator at each wanted
+    rank's `start`, then advance them side by side.
+    >>> make_inputs(2, 3)[1][1:], list(input_pieces(2, 3, ranks=[1], start=1))
+    (array([3, 0]), [(1, {1: array([3, 0])})])
+    """
+    stop = numel if stop is None else stop
+    ranks = sorted(range(world_size) if ranks is None else ranks)
+    rng, position, at = np.random.default_rng(seed), 0, {}
+    for r in ranks:
+        while position < r * numel + start:  # skip what nobody wants, a piece at a time
+            position += _draw(rng, min(PIECE, r * numel + start - position)).size
+        at[r] = copy.deepcopy(rng)  # the bit generator's state, carried-over half-draws included
+    for offset in range(start, stop, PIECE):
+        count = min(PIECE, stop - offset)
+        yield offset, {r: _draw(at[r], count) for r in ranks}

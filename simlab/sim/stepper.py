@@ -11,10 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._checks import check_positive
+from .._checks import check_bool, check_int, check_number, check_positive
 from ..plan import CollectivePlan, chunk_offsets
 from ..trace import Event, Trace
-from .collectives import make_inputs
+from .collectives import input_pieces, make_inputs
 from .cost import DEFAULT_ALPHA, DEFAULT_BANDWIDTH, CostEstimate, alpha_beta
 
 
@@ -108,6 +108,22 @@ def expected_final(plan: CollectivePlan, inputs) -> tuple:
     return tuple(tuple(value(srcs, c) for c, srcs in enumerate(row)) for row in expected_sources(plan))
 
 
+def expected_pieces(plan: CollectivePlan, rank: int, seed: int = 0):
+    """`expected_final(plan, make_inputs(n, numel, seed))[rank]`, a piece at a time and never whole:
+    yields (offset in the buffer, int64 array) for every element the rank must end with."""
+    need, offsets = expected_sources(plan)[rank], chunk_offsets(plan.chunk_sizes)
+    spans = [(offsets[c], offsets[c] + plan.chunk_sizes[c], sorted(srcs)) for c, srcs in enumerate(need) if srcs]
+    if not spans:
+        return
+    ranks = sorted(set().union(*(srcs for _, _, srcs in spans)))
+    for offset, parts in input_pieces(plan.world_size, plan.numel, seed, ranks, spans[0][0], spans[-1][1]):
+        end = offset + len(parts[ranks[0]])
+        for lo, hi, srcs in spans:  # a piece may straddle chunks with other sources
+            lo, hi = max(lo, offset), min(hi, end)
+            if lo < hi:
+                yield lo, sum(parts[r][lo - offset:hi - offset] for r in srcs)
+
+
 def _matches(held, expected) -> bool:
     """Equal wherever `expected` requires something (works for value arrays and source sets)."""
     return all(want is None or (got is not None and np.array_equal(got, want))
@@ -128,17 +144,28 @@ def _trace(plan: CollectivePlan, cost: CostEstimate) -> Trace:
 SYMBOLIC_ABOVE = 1 << 24  # elements over all ranks: beyond this, track who contributed, not values
 
 
-def simulate(plan: CollectivePlan, inputs=None, seed: int = 0,
-             alpha: float = DEFAULT_ALPHA, bandwidth: float = DEFAULT_BANDWIDTH) -> SimResult:
+def simulate(plan: CollectivePlan, inputs=None, seed: int = 0, alpha: float = DEFAULT_ALPHA,
+             bandwidth: float = DEFAULT_BANDWIDTH, symbolic: bool | None = None) -> SimResult:
     """Run `plan` step by step on `inputs` (default: `make_inputs(n, numel, seed)`).
 
-    Huge buffers (over SYMBOLIC_ABOVE elements in all) are simulated symbolically: each chunk is a
-    zero-length array and correctness is proven on the contribution sets alone, which is exact
-    because a held value is by construction the sum of the inputs of its sources.
+    Huge buffers (over SYMBOLIC_ABOVE elements in all), or any with `symbolic=True`, are simulated
+    symbolically: each chunk is a zero-length array and correctness is proven on the contribution
+    sets alone, which is exact because a held value is by construction the sum of the inputs of its
+    sources (`expected_pieces` streams those sums when the values themselves must be checked).
     """
+    if not isinstance(plan, CollectivePlan):
+        raise ValueError(f"plan={plan!r}: must be a CollectivePlan (make_plan, ring_all_reduce, ...)")
+    check_int("seed", seed, 0)
+    check_number("alpha", alpha)
     check_positive("bandwidth", bandwidth)
+    if inputs is not None and (not isinstance(inputs, (list, tuple)) or any(
+            np.asarray(x).dtype.kind not in "iu" for x in inputs)):  # floats would be truncated silently
+        raise PlanError(f"inputs: need {plan.world_size} buffers of {plan.numel} integers")
     n = plan.world_size
-    symbolic = inputs is None and n * plan.numel > SYMBOLIC_ABOVE
+    if symbolic is None:
+        symbolic = inputs is None and n * plan.numel > SYMBOLIC_ABOVE
+    if check_bool("symbolic", symbolic) and inputs is not None:
+        raise ValueError("symbolic=True: simulates without values, so it takes no inputs")
     if symbolic:
         inputs = [np.zeros(0, np.int64)] * n
         plan_for_values = plan.__class__(plan.name, n, (0,) * len(plan.chunk_sizes), plan.itemsize,
