@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .. import _checks
 from ..sim.collectives import ALIASES, PLANS, canonical
-from .common import add_json, add_run_flags, check_run_flags, run_output
+from .common import add_json, add_run_flags, check_memory, check_run_flags, run_output
 
 DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
 RUN_ALIASES = {"ring-all-reduce": ["allreduce", "ring-allreduce"], "ring-all-gather": ["allgather"],
@@ -57,6 +57,8 @@ def cmd_run_collective(args) -> dict:
 
     check_run_flags(args)
     numel = _numel(args.size, "float32")
+    # each rank holds about 4 buffers at its peak (benchmarks/collectives_memory.py), the parent next to none
+    check_memory(f"--size={args.size}", 4.0 * args.size * args.world_size, "the ranks' buffers")
     res = run_collective(args.target, args.world_size, numel, backend=args.backend, seed=args.seed,
                          timeout=args.timeout)
     return run_output({"collective": args.target, "size_bytes": numel * 4}, res, "matches_simulator")

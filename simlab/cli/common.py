@@ -21,12 +21,17 @@ def add_json(p) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
 
 
-def add_run_flags(p, backends: str = "auto | gloo | nccl") -> None:
-    """The flags of every `simlab run` target, with one meaning and one rule everywhere."""
+def add_run_flags(p, backends: str = "auto | gloo | nccl", timeout: bool = True) -> None:
+    """The flags of every `simlab run` target, with one meaning and one rule everywhere. `timeout=False`
+    where nothing could be killed (DP runs in this one process): the flag is then not offered at all, so
+    argparse refuses it instead of ignoring it."""
     p.add_argument("--world-size", type=int, default=None,
                    help="number of processes (default: $WORLD_SIZE under torchrun, else 4)")
     p.add_argument("--backend", default="auto", help=f"{backends} (default auto)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds before workers are killed (default 120)")
+    if timeout:
+        p.add_argument("--timeout", type=float, default=120.0, help="seconds before workers are killed (default 120)")
+    else:
+        p.set_defaults(timeout=120.0)
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the model (default 0)")
     add_json(p)
 
@@ -40,16 +45,57 @@ def add_training_flags(p, steps: bool = True) -> None:
 def check_run_flags(args) -> None:
     """Before any work: the world size (torchrun's by default) and the flags every run shares."""
     if args.world_size is None:  # under torchrun, default to its world size
-        args.world_size = int(os.environ.get("WORLD_SIZE", 4))
-    _checks.check_int("world_size", args.world_size, 1)
+        args.world_size = torchrun_world_size(default=4)
+    _checks.check_int("world_size", args.world_size, 1, MAX_PROCESSES)
     _checks.check_int("seed", args.seed, 0)
     _checks.check_positive("timeout", args.timeout)
 
 
-def check_training_flags(args) -> None:
-    """What every training run needs: steps, and a batch the ranks can split evenly."""
-    _checks.check_int("steps", args.steps, 1)
+MAX_PROCESSES = _checks.MAX_RANKS  # a course run on one machine; torchrun across machines sets its own
+MAX_STEPS = 10_000  # optimizer steps of a parity run: minutes at most, not the days 2**62 steps would take
+
+
+def available_memory() -> float:
+    """Bytes this machine can still give (Linux's MemAvailable; else the physical memory)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def check_memory(flags: str, nbytes: float, what: str) -> None:
+    """Refuse, before any work, a request whose estimated `nbytes` would not fit in half of what the machine
+    has free: one line naming the flags that set the size (the OS's out-of-memory killer names nothing)."""
+    free = available_memory()
+    if nbytes > free / 2:
+        raise ValueError(f"{flags}: {what} would need about {nbytes / 1e9:.3g} GB, more than half of the "
+                         f"{free / 1e9:.3g} GB this machine has free; choose smaller sizes")
+
+
+def torchrun_world_size(default: int) -> int:
+    """$WORLD_SIZE (set by torchrun), else `default`; a value that is not a whole number is named as such."""
+    text = os.environ.get("WORLD_SIZE")
+    if text is None:
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"WORLD_SIZE={text!r} (environment): must be a whole number of processes") from None
+
+
+def check_training_flags(args, widths=None) -> None:
+    """What every training run needs: steps, a batch the ranks can split evenly, and memory for it.
+    `widths`: the MLP's layer widths (default the lessons' TINY_MLP) — each sample holds one activation per
+    unit, kept for backward, in the reference and the ranks alike."""
+    from ..exec.models import TINY_MLP
+    _checks.check_int("steps", args.steps, 1, MAX_STEPS)
     _checks.check_batch(args.global_batch, args.world_size)
+    check_memory(f"--global-batch={args.global_batch}", 2 * 4 * args.global_batch * sum(widths or TINY_MLP),
+                 "the batch and its activations")
 
 
 def is_printing_rank() -> bool:

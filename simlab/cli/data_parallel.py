@@ -39,7 +39,7 @@ def cmd_ddp(args) -> dict:
 def add_commands(sub, run) -> None:
     dp = run.add_parser("dp", help="DP (nn.DataParallel's way: one process, a thread per device) vs one process")
     add_training_flags(dp)
-    add_run_flags(dp, backends="auto | threads (DP is one process)")
+    add_run_flags(dp, backends="auto | threads (DP is one process)", timeout=False)  # threads: nothing to kill
     dp.set_defaults(func=cmd_dp)
     ddp = run.add_parser("ddp", help="our DDP on real processes vs one process and torch's DDP")
     add_training_flags(ddp)

@@ -141,13 +141,20 @@ def cmd_run_3d(args) -> dict:
     import sys
 
     from ..parity.hybrid import prepare, run_hybrid
-    from .common import check_run_flags
+    from .common import MAX_STEPS, check_memory, check_run_flags
     if args.world_size is None and "WORLD_SIZE" not in os.environ:
         args.world_size = args.dp * args.pp * args.tp  # the grid fixes it: no default of 4 here
     check_run_flags(args)
+    _checks.check_int("steps", args.steps, 1, MAX_STEPS)
     chunks = args.chunks or (2 if args.schedule == "interleaved" else 1)
-    prepare(args.dp, args.pp, args.tp, args.zero, args.schedule, chunks, args.microbatches, args.steps, args.layers,
-            args.hidden, args.heads, args.seed, 1e-2, args.world_size, args.backend, args.timeout)  # refuse first
+    model, _, batch, _ = prepare(args.dp, args.pp, args.tp, args.zero, args.schedule, chunks, args.microbatches,
+                                 args.steps, args.layers, args.hidden, args.heads, args.seed, 1e-2, args.world_size,
+                                 args.backend, args.timeout)  # refuse first
+    # the one-process reference and every rank at worst hold the whole GPT: weights, grads, Adam's two
+    # moments (16 B per parameter), and a layer's activations per sequence (~34 values per token and feature)
+    per_process = 16 * model.params + 4 * 34 * batch * model.seq * model.hidden * model.layers
+    sizes = f"--hidden={model.hidden} --layers={model.layers} --microbatches={batch // (2 * args.dp)}"
+    check_memory(sizes, (args.world_size + 1) * per_process, "the GPT and its batch")
     if args.world_size > (os.cpu_count() or 1):
         print(f"simlab run 3d: warning: {args.world_size} processes on {os.cpu_count()} cores take turns; "
               "the run is correct but its times stretch", file=sys.stderr)

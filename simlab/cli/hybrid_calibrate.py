@@ -11,7 +11,7 @@ import os
 import sys
 
 from .. import _checks
-from .common import add_json, is_printing_rank
+from .common import add_json, is_printing_rank, torchrun_world_size
 
 
 def cmd_calibrate(args) -> dict:
@@ -21,9 +21,9 @@ def cmd_calibrate(args) -> dict:
     from ..sim.hardware import save_calibration
 
     if args.world_size is None:  # under torchrun, its world size
-        args.world_size = int(os.environ.get("WORLD_SIZE", 4))
+        args.world_size = torchrun_world_size(default=4)
     _checks.check_int("world_size", args.world_size, 2)
-    _checks.check_int("repeats", args.repeats, 1)
+    _checks.check_int("repeats", args.repeats, 1, 1000)  # each is a 0.1 s window per op: 1000 is minutes
     _checks.check_positive("timeout", args.timeout)
     backend = resolve_backend(args.backend, args.world_size)
     cpus = os.cpu_count() or 1

@@ -6,6 +6,9 @@ and `simlab run pp` (the same lists on real processes, against one process and t
 """
 from __future__ import annotations
 
+import math
+
+from .._checks import check_int
 from ..sim.schedules import SCHEDULES
 from .common import add_json, add_run_flags, add_training_flags, check_run_flags, run_output
 
@@ -18,12 +21,33 @@ def _default_microbatches(args, name: str) -> int:
     return args.microbatches
 
 
+MAX_ACTIONS = 250_000  # the largest schedule printed or simulated here (~10 MB of --json)
+
+
+def check_size(args, m: int) -> None:
+    """Before building anything: finite times, and a schedule small enough to print (32 million actions
+    for --stages 4000 --microbatches 4000 took 80 s and then ran out of memory)."""
+    for name in ("t_f", "t_b", "t_w"):
+        value = getattr(args, name)
+        if value is not None and not math.isfinite(value):
+            raise ValueError(f"{name}={value}: must be a finite number")
+    for name in ("stages", "chunks"):
+        check_int(name, getattr(args, name), 1)
+    check_int("microbatches", m, 1)
+    per = 3 if args.name == "zero-bubble" else 2  # F and B (and W) for every stage and micro-batch
+    actions = per * args.stages * m * args.chunks
+    if actions > MAX_ACTIONS:
+        raise ValueError(f"stages={args.stages} microbatches={m} chunks={args.chunks}: {actions:,} actions; at "
+                         f"most {MAX_ACTIONS:,} are simulated and printed here")
+
+
 def cmd_schedule(args) -> dict:
     """`simlab schedule NAME`: the per-rank action lists, simulated with t_F, t_B (and t_W)."""
     from ..render.pipeline import gantt_text
     from ..sim import pipeline, schedules
 
     m = _default_microbatches(args, args.name)
+    check_size(args, m)
     plan = schedules.make_schedule(args.name, args.stages, m, args.chunks)
     trace = pipeline.simulate(plan, t_f=args.t_f, t_b=args.t_b, t_w=args.t_w)
     out = {"schedule": args.name, "stages": args.stages, "microbatches": m, "chunks": args.chunks,

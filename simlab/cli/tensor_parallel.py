@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 
 from .. import _checks
-from .common import add_json, add_run_flags, check_run_flags, run_output
+from .common import add_json, add_run_flags, check_memory, check_run_flags, run_output
 
 
 def parse_shape(text: str) -> tuple[int, int]:
@@ -40,6 +40,14 @@ def cmd_tp(args) -> dict:
     from ..parity.tensor_parallel import run_tp
 
     check_run_flags(args)
+    for name in ("hidden", "ffn", "heads"):
+        _checks.check_int(name, getattr(args, name), 1)
+    h, f = args.hidden, args.ffn
+    params = 2 * h * f + h + f if args.block == "mlp" else 4 * h * h + 4 * h
+    tokens = 2 * 16  # the run's (b, s) = (2, 16) input, with its gradients
+    # every process: the whole block, its grads and DTensor's copy, and activations of the widest layer
+    check_memory(f"--hidden={h} --ffn={f}" if args.block == "mlp" else f"--hidden={h}",
+                 (args.world_size + 1) * 4 * (3 * params + 4 * tokens * max(h, f)), f"the {args.block} block")
     res = run_tp(world_size=args.world_size, block=args.block, hidden=args.hidden, heads=args.heads, ffn=args.ffn,
                  seed=args.seed, backend=args.backend, timeout=args.timeout)
     extra = [k for k in res if k not in ("trace", "block")]

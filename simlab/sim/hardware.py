@@ -44,6 +44,7 @@ from pathlib import Path
 from .._checks import check_choice, check_int, check_positive
 
 GB = 1e9
+MAX_GPUS = 1 << 20  # 1,048,576: ten times the largest clusters trained on; the advisor's search stays < 1 s
 
 
 @dataclass(frozen=True)
@@ -98,8 +99,8 @@ class Cluster:
     host_adam_rate: float = 1e9  # parameters per second per node that CPU Adam updates (DeepSpeed CPU-Adam order)
 
     def __post_init__(self):
-        check_int("gpus", self.gpus, 1)
-        check_int("gpus_per_node", self.gpus_per_node, 1)
+        check_int("gpus", self.gpus, 1, MAX_GPUS)
+        check_int("gpus_per_node", self.gpus_per_node, 1, MAX_GPUS)
         check_positive("inter_node_gbps", self.inter_node_gbps)
         if self.gpus > self.gpus_per_node and self.gpus % self.gpus_per_node:
             raise ValueError(f"gpus={self.gpus}: must be a multiple of gpus_per_node={self.gpus_per_node}")
@@ -124,7 +125,7 @@ def cluster(gpu: str = "a100-80gb", gpus: int = 8, gpus_per_node: int | None = N
     check_choice("gpu", gpu, tuple(GPUS))
     chip = GPUS[gpu]
     if gpu == CALIBRATED:
-        check_int("gpus", gpus, 1)
+        check_int("gpus", gpus, 1, MAX_GPUS)
         gpus_per_node = gpus if gpus_per_node is None else gpus_per_node
         chip = calibrated_gpu(gpus) if load_calibration() else chip
     gpus_per_node = 8 if gpus_per_node is None else gpus_per_node
