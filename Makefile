@@ -31,6 +31,7 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python benchmarks/collectives.py
+	$(BIN)/python benchmarks/collectives_memory.py
 	$(BIN)/python benchmarks/data_parallel.py
 	$(BIN)/python benchmarks/zero.py
 	$(BIN)/python benchmarks/pipeline.py
