@@ -10,7 +10,7 @@ import math
 
 from .._checks import check_int
 from ..sim.schedules import SCHEDULES
-from .common import add_json, add_run_flags, add_training_flags, check_run_flags, run_output
+from .common import add_json, add_run_flags, add_training_flags, check_memory, check_run_flags, run_output
 
 NAMES = tuple(SCHEDULES)  # naive, gpipe, 1f1b, interleaved, zero-bubble
 
@@ -69,6 +69,10 @@ def cmd_pp(args) -> dict:
     from ..parity.pipeline import run_pipeline
 
     check_run_flags(args)
+    check_int("global_batch", args.global_batch, 1)
+    # every rank and the reference hold the batch (x, y: hidden 16 each) and one activation per stage for backward
+    check_memory(f"--global-batch={args.global_batch}", (args.world_size + 1) * 4 * args.global_batch * 16
+                 * (2 + 2 * args.world_size), "the batch and its activations")
     if args.stages is not None and args.world_size != args.stages:
         raise ValueError(f"world_size={args.world_size}: must equal stages={args.stages} (one stage per rank)")
     m = _default_microbatches(args, args.schedule)
