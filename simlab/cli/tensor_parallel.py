@@ -44,7 +44,7 @@ def cmd_tp(args) -> dict:
         _checks.check_int(name, getattr(args, name), 1)
     h, f = args.hidden, args.ffn
     params = 2 * h * f + h + f if args.block == "mlp" else 4 * h * h + 4 * h
-    tokens = 2 * 16  # the run's (b, s) = (2, 16) input, with its gradients
+    tokens = 2 * 16  # erring high: run_tp's default input is (b, s) = (2, 4)
     # every process: the whole block, its grads and DTensor's copy, and activations of the widest layer
     check_memory(f"--hidden={h} --ffn={f}" if args.block == "mlp" else f"--hidden={h}",
                  (args.world_size + 1) * 4 * (3 * params + 4 * tokens * max(h, f)), f"the {args.block} block")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import html
 
-from .._checks import check_choice, check_int, check_positive
+from .._checks import check_choice
 from ..sim.advisor import by_family, family, search
 from ..sim.hardware import GPUS
 from ..sim.hybrid import Plan
@@ -46,17 +46,11 @@ def _question(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global
         check_choice("scenario", scenario, tuple(BY_KEY))
         return BY_KEY[scenario]
     check_choice("model", model, tuple(MODELS))
-    check_choice("gpu", gpu, tuple(GPUS))
-    check_int("gpus", gpus, 1)
-    check_int("gpus_per_node", gpus_per_node, 1)
-    check_positive("inter_node_gbps", inter_node_gbps)
-    check_int("global_batch", global_batch, 1)
+    # the rest is checked where it is used: sizes by Transformer, the machine by `cluster`, the batch by `search`
     chosen = {k: v for k, v in sizes.items() if v is not None}
-    for name, value in chosen.items():
-        check_int(name, value, 1)
     m = MODELS[model].with_(**chosen) if chosen else MODELS[model]
     return Scenario("custom", "", "", "", m, gpu, gpus, global_batch,
-                    {"inter_node_gbps": float(inter_node_gbps), "gpus_per_node": gpus_per_node})
+                    {"inter_node_gbps": inter_node_gbps, "gpus_per_node": gpus_per_node})
 
 
 def _gantt(ax, q: Scenario, c, plan: Plan) -> None:

@@ -173,14 +173,21 @@ def explain(result: dict, mem: dict, time: dict, fits, k: Knobs, c: Cluster) -> 
         members = np.flatnonzero(names == alt)
         if not len(members) or alt == family(best["config"]):
             continue
-        fitting = members[fits[members]]
-        if not len(fitting):
-            lines.append(f"{alt}: does not fit (needs {mem['total'][members].min() / 1e9:.0f} GB per GPU)")
+        i = _representative(members, mem, time, fits)
+        if not fits[i]:
+            lines.append(f"{alt}: does not fit (needs {mem['total'][i] / 1e9:.0f} GB per GPU)")
             continue
-        i = fitting[np.argmin(time["step_seconds"][fitting])]
         worst = max(time["breakdown"], key=lambda name: time["breakdown"][name][i] - parts[name])
         lines.append(f"{alt}: {time['step_seconds'][i] / total:.2f}× slower, mostly {worst}")
     return lines, _notes(best["config"], c)
+
+
+def _representative(members, mem: dict, time: dict, fits) -> int:
+    """The plan that stands for a family: its fastest that fits, else the one needing the least memory."""
+    fitting = members[fits[members]]
+    if len(fitting):
+        return fitting[np.argmin(time["step_seconds"][fitting])]
+    return members[np.argmin(mem["total"][members])]
 
 
 def _notes(config: dict, c: Cluster) -> list[str]:
@@ -219,8 +226,5 @@ def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str 
         members = np.flatnonzero(names == name)
         if not len(members):
             continue
-        fitting = members[fits[members]]
-        i = (fitting[np.argmin(time["step_seconds"][fitting])] if len(fitting)
-             else members[np.argmin(mem["total"][members])])
-        out[str(name)] = describe(mem, time, fits, k, i)
+        out[str(name)] = describe(mem, time, fits, k, _representative(members, mem, time, fits))
     return out

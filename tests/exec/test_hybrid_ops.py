@@ -4,24 +4,14 @@
 these tests count the aten calls of `simlab.exec.models`' block and GPT with a TorchDispatchMode and fail as
 soon as a change to the model's code changes them."""
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from simlab.exec.hybrid_calibrate import CountOps
 from simlab.exec.models import gpt_loss, make_gpt, make_tokens
 from simlab.sim import hybrid_time as ht
 
 
-class Count(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls += 1
-        return func(*args, **(kwargs or {}))
-
-
 def counted(fn):
-    with Count() as c:
+    with CountOps() as c:
         out = fn()
     return c.calls, out
 
