@@ -87,14 +87,13 @@ def torchrun_world_size(default: int) -> int:
         raise ValueError(f"WORLD_SIZE={text!r} (environment): must be a whole number of processes") from None
 
 
-def check_training_flags(args, widths=None) -> None:
-    """What every training run needs: steps, a batch the ranks can split evenly, and memory for it.
-    `widths`: the MLP's layer widths (default the lessons' TINY_MLP) — each sample holds one activation per
-    unit, kept for backward, in the reference and the ranks alike."""
+def check_training_flags(args) -> None:
+    """What every training run needs: steps, a batch the ranks can split evenly, and memory for it: each
+    sample holds one activation per unit of the lessons' MLP (TINY_MLP), kept for backward, twice over."""
     from ..exec.models import TINY_MLP
     _checks.check_int("steps", args.steps, 1, MAX_STEPS)
     _checks.check_batch(args.global_batch, args.world_size)
-    check_memory(f"--global-batch={args.global_batch}", 2 * 4 * args.global_batch * sum(widths or TINY_MLP),
+    check_memory(f"--global-batch={args.global_batch}", 2 * 4 * args.global_batch * sum(TINY_MLP),
                  "the batch and its activations")
 
 
