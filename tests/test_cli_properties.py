@@ -79,18 +79,24 @@ def command_lines(draw) -> list[str]:
 def stubbed(monkeypatch):
     """Where real work would start, raise `Started`: process launch (fork, spawn or torchrun) and the
     one-process reference trainers that some runs do before launching."""
+    import importlib
+    import pkgutil
+
     import simlab.exec.launch as L
-    import simlab.parity.common as C
+    import simlab.parity
     import simlab.parity.data_parallel as D
-    import simlab.parity.hybrid as H
 
     def start(*a, **k):
         raise Started
     monkeypatch.setattr(D, "_train", start)  # DP trains threads in this very process: no launch to stop
     monkeypatch.setattr(L, "_pick_start_method", start)
     monkeypatch.setattr(L, "_run_under_torchrun", start)
-    for module in (C, H):
-        monkeypatch.setattr(module, "reference_model", start)
+    # import every parity module before patching any: one imported while the stub is in place would copy the
+    # stub into its own namespace and keep it for the tests that follow
+    modules = [importlib.import_module(f"simlab.parity.{m.name}") for m in pkgutil.iter_modules(simlab.parity.__path__)]
+    for module in modules:
+        if hasattr(module, "reference_model"):  # parity.common's, or a module's copy of the name
+            monkeypatch.setattr(module, "reference_model", start)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
 
 
