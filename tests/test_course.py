@@ -119,3 +119,15 @@ def test_lessons_show_their_figures(path):
         if shows_figure:
             assert any("image/png" in o.get("data", {}) for o in outputs), cell.source[:80]
     assert "%matplotlib inline" in nb.cells[1].source
+
+
+def test_exercises_show_no_verdict_or_answer_before_the_learner_runs_them():
+    import nbformat
+    for path in sorted((ROOT / "exercises").glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code":
+                continue
+            shown = "".join(make_exercises._output_text(o) for o in cell.outputs)
+            assert "✓" not in shown, f"{path.name}: a ✓ verdict is visible before the learner answers"
+            if make_exercises.STUB in cell.source:
+                assert not cell.outputs and make_exercises.IGNORE_OUTPUT in cell.metadata.get("tags", []), path.name

@@ -5,7 +5,11 @@
 
 In code cells, the lines from `### BEGIN SOLUTION` to `### END SOLUTION` become
 `raise NotImplementedError(...)` at the same indentation; in markdown cells they become a prompt.
-Outputs are kept, so students see what a correct answer prints (and nbval fails until they match).
+Outputs are kept, except where they would give the answer away: a cell that holds an answer region or
+prints a check's verdict (a "✓" line) loses its outputs in the exercise and gets nbval's
+`nbval-ignore-output` tag. Such a cell is graded by running: a stub raises NotImplementedError, and a
+check raises AssertionError on a wrong answer (`simlab.grading.common.fail`), so nbval still fails until
+the answer is right.
 """
 from __future__ import annotations
 
@@ -41,9 +45,28 @@ def strip_solutions(source: str, cell_type: str) -> str:
     return "\n".join(out)
 
 
+IGNORE_OUTPUT = "nbval-ignore-output"
+
+
+def _output_text(output) -> str:
+    """What an output shows as text: a stream's text, or a result's text/plain."""
+    return output.get("text", "") + output.get("data", {}).get("text/plain", "")
+
+
+def gives_answer_away(cell) -> bool:
+    """A cell whose stored output a learner must not see before answering."""
+    return cell.cell_type == "code" and (BEGIN in cell.source or any(
+        "✓" in _output_text(o) for o in cell.get("outputs", [])))
+
+
 def make_exercise(solution: Path) -> str:
     nb = nbformat.read(solution, as_version=4)
     for cell in nb.cells:
+        if gives_answer_away(cell):
+            cell.outputs, cell.execution_count = [], None
+            tags = cell.metadata.setdefault("tags", [])
+            if IGNORE_OUTPUT not in tags:
+                tags.append(IGNORE_OUTPUT)
         if BEGIN in cell.source:
             cell.source = strip_solutions(cell.source, cell.cell_type)
     return nbformat.writes(nb) + "\n"

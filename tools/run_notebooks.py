@@ -22,6 +22,8 @@ def run(path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
     nb.metadata.pop("widgets", None)
+    # the name JupyterLab shows for the installed kernel: a different one marks the notebook modified on open
+    nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
     nbformat.write(nb, path)
     print(f"ran {path.relative_to(ROOT)}")
 
