@@ -241,8 +241,35 @@ def draw_timeline(trace, world_size: int, ax=None, title: str | None = None):
     return ax.figure
 
 
-def figure_png(fig) -> bytes:
+# Figures are shown at their natural size, DISPLAY_DPI CSS pixels per inch (so 10 pt text is 14 px), and
+# drawn with PIXEL_SCALE × as many pixels so they stay sharp on HiDPI screens.
+DISPLAY_DPI, PIXEL_SCALE = 100, 2
+
+
+def render_png(fig, with_box: bool = False) -> tuple[bytes, object]:
+    """(PNG bytes, the saved region in inches, or None): the figure cropped to its drawn content.
+
+    with_box=True draws the figure first and saves exactly the measured region, so positions in the
+    picture are known (a reveal player's veil); it costs a second draw, so only players ask for it."""
     import io
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    if not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)
+    bbox = "tight"
+    if with_box:
+        fig.canvas.draw()  # lays the figure out (constrained layout runs here)
+        bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(0.1)  # what "tight" would crop to
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=80, bbox_inches="tight")  # keep legends below the axes
-    return buf.getvalue()
+    fig.savefig(buf, format="png", dpi=DISPLAY_DPI * PIXEL_SCALE, bbox_inches=bbox, pad_inches=0.1)
+    return buf.getvalue(), (bbox if with_box else None)
+
+
+def figure_png(fig) -> bytes:
+    return render_png(fig)[0]
+
+
+def png_size(png: bytes) -> tuple[int, int]:
+    """(width, height) in pixels, from the PNG header."""
+    if png[:8] != b"\x89PNG\r\n\x1a\n":
+        raise ValueError("not a PNG")
+    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")

@@ -1,0 +1,166 @@
+"""A player whose frames are switched in the browser: every course player and timeline slider uses it.
+
+Players are deterministic, so each frame is drawn once, in the kernel, as a PNG; stepping, the slider and
+Play then only swap pictures in the browser (an anywidget front end, below). No matplotlib redraw and no
+round trip to the kernel happens per step, so a step is as fast as the browser can show an image, and the
+player keeps working while the kernel is busy. `value` (the frame shown) still syncs both ways, so
+other widgets can follow it and tests can drive it.
+
+Two kinds of frames:
+- `frame_player(frames)`: one picture per frame (a ring step, a ZeRO step …);
+- `reveal_player(fig, ax, times)`: one picture; frame k greys out what lies right of data-x times[k]
+  on axes `ax` (a Gantt chart "up to time t"), so a time slider needs no new picture at all.
+
+The DOM carries stable classes (`simlab-player`, `simlab-play`, `simlab-prev`, `simlab-next`,
+`simlab-step`, `simlab-frame`, `simlab-caption`) for the browser tests.
+"""
+from __future__ import annotations
+
+import base64
+
+import anywidget
+import traitlets as t
+
+from .mpl import DISPLAY_DPI, PIXEL_SCALE, png_size, render_png
+
+# Play shows every frame once in about `seconds`, but never faster than the eye can follow.
+MIN_INTERVAL_MS, MAX_INTERVAL_MS = 40, 1500
+
+_ESM = r"""
+function el(tag, cls, text) { const e = document.createElement(tag); if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text; return e; }
+function render({ model, el: root }) {
+  root.classList.add("simlab-player");
+  const bar = el("div", "simlab-bar"), prev = el("button", "simlab-prev", "◀"),
+        play = el("button", "simlab-play", "▶ play"), next = el("button", "simlab-next", "▶"),
+        step = el("input", "simlab-step"), label = el("span", "simlab-label");
+  step.type = "range"; step.min = 0; step.step = 1; step.style.width = "240px";
+  bar.style.cssText = "display:flex;gap:6px;align-items:center;margin:2px 0";
+  bar.append(prev, play, next, step, label);
+  const box = el("div", "simlab-box"), img = el("img", "simlab-frame"), veil = el("div", "simlab-veil");
+  box.style.cssText = "position:relative;display:inline-block;max-width:100%";
+  img.style.cssText = "display:block;max-width:100%;height:auto";
+  veil.style.cssText = "position:absolute;background:rgba(255,255,255,0.78);pointer-events:none";
+  box.append(img, veil);
+  const cap = el("div", "simlab-caption");
+  root.append(bar, box, cap);
+  let urls = [], timer = null;
+  const n = () => model.get("count");
+  function load() {
+    urls = model.get("frames").map(b => "data:image/png;base64," + b);
+    step.max = Math.max(n() - 1, 0); img.style.width = model.get("width_px") + "px"; show();
+  }
+  function show() {
+    const k = Math.min(model.get("value"), n() - 1), caps = model.get("captions"), rv = model.get("reveal");
+    const src = urls.length === 1 ? urls[0] : urls[k];
+    if (src && img.src !== src) img.src = src;
+    step.value = k; label.textContent = model.get("label_prefix") + k + "/" + (n() - 1);
+    cap.innerHTML = caps.length ? caps[Math.min(k, caps.length - 1)] : "";
+    if (rv.length) { const [top, bottom, right] = model.get("veil_box"), x = rv[k];
+      Object.assign(veil.style, { display: x < right ? "block" : "none", left: 100 * x + "%",
+        width: 100 * (right - x) + "%", top: 100 * top + "%", height: 100 * (bottom - top) + "%" });
+    } else veil.style.display = "none";
+  }
+  function go(k) { model.set("value", Math.max(0, Math.min(n() - 1, k))); model.save_changes(); }
+  function stop() { if (timer) clearInterval(timer); timer = null; play.textContent = "▶ play"; }
+  play.onclick = () => {
+    if (timer) return stop();
+    if (model.get("value") >= n() - 1) go(0);
+    play.textContent = "❚❚ pause";
+    timer = setInterval(() => { const k = model.get("value") + 1; if (k >= n()) stop(); else go(k); },
+                        model.get("interval_ms"));
+  };
+  prev.onclick = () => { stop(); go(model.get("value") - 1); };
+  next.onclick = () => { stop(); go(model.get("value") + 1); };
+  step.oninput = () => { stop(); go(parseInt(step.value)); };
+  model.on("change:value", show); model.on("change:captions", show); model.on("change:reveal", show);
+  model.on("change:frames", load);
+  load();
+  return () => stop();
+}
+export default { render };
+"""
+
+
+class FramePlayer(anywidget.AnyWidget):
+    """Frames (PNG, base64) shown one at a time; `value` is the frame on screen."""
+
+    _esm = _ESM
+    frames = t.List(t.Unicode()).tag(sync=True)     # one PNG per frame, or one for a reveal player
+    count = t.Int(0).tag(sync=True)                 # number of frames
+    value = t.Int(0).tag(sync=True)
+    captions = t.List(t.Unicode()).tag(sync=True)   # HTML under the picture, one per frame (or none)
+    reveal = t.List(t.Float()).tag(sync=True)       # reveal player: x (fraction of width) where grey starts
+    veil_box = t.List(t.Float(), [0.0, 1.0, 1.0]).tag(sync=True)  # axes top, bottom, right (fractions)
+    width_px = t.Int(600).tag(sync=True)            # CSS width: the figure's natural size
+    interval_ms = t.Int(250).tag(sync=True)
+    label_prefix = t.Unicode("step ").tag(sync=True)
+
+    def __init__(self, hint: str = "▶ run this cell to get the player", **kwargs):
+        super().__init__(**kwargs)
+        self.hint = hint
+
+    def __repr__(self) -> str:  # what a notebook shows before the cell runs, and what nbval compares
+        return self.hint
+
+    @t.validate("value")
+    def _clamp(self, proposal):
+        return max(0, min(int(proposal["value"]), max(self.count - 1, 0)))
+
+    def set_frames(self, frames, captions=None, seconds: float = 10.0) -> None:
+        """New frames (Figures or PNG bytes): all drawn now, then shown from frame 0."""
+        pngs = [f if isinstance(f, bytes) else render_png(f)[0] for f in frames]
+        if not pngs:
+            raise ValueError("frames: need at least one frame")
+        with self.hold_sync():
+            self.reveal, self.count, self.value = [], len(pngs), 0
+            self.captions = list(captions or [])
+            self.width_px = round(png_size(pngs[0])[0] / PIXEL_SCALE)
+            self.interval_ms = _interval(len(pngs), seconds)
+            self.frames = [base64.b64encode(p).decode("ascii") for p in pngs]
+
+    def set_reveal(self, fig, ax, times, captions=None, seconds: float = 10.0) -> None:
+        """One picture of `fig`; frame k hides (greys) what lies right of data-x times[k] on `ax`."""
+        times = [float(x) for x in times]
+        if not times:
+            raise ValueError("times: need at least one time")
+        png, bbox = render_png(fig, with_box=True)
+        x0, x1 = ax.get_xlim()
+        # a data x → the fraction of the saved picture's width (the picture is the figure cropped to bbox)
+        to_inches = lambda xy: ax.transData.transform(xy) / fig.dpi  # noqa: E731
+        (left, bottom), (right, top) = to_inches((x0, ax.get_ylim()[0])), to_inches((x1, ax.get_ylim()[1]))
+        frac_x = lambda inch: (inch - bbox.x0) / bbox.width  # noqa: E731
+        frac_y = lambda inch: (bbox.y1 - inch) / bbox.height  # noqa: E731 (pictures count y downwards)
+        top_f, bottom_f = sorted((frac_y(top), frac_y(bottom)))
+        xs = [frac_x(to_inches((min(max(x, x0), x1), 0))[0]) for x in times]
+        with self.hold_sync():
+            self.count, self.value = len(times), len(times) - 1
+            self.captions = list(captions or [])
+            self.veil_box = [top_f, bottom_f, frac_x(right)]
+            self.width_px = round(png_size(png)[0] / PIXEL_SCALE)
+            self.interval_ms = _interval(len(times), seconds)
+            self.frames = [base64.b64encode(png).decode("ascii")]
+            self.reveal = xs
+
+
+def _interval(count: int, seconds: float) -> int:
+    return int(min(MAX_INTERVAL_MS, max(MIN_INTERVAL_MS, 1000 * seconds / max(count - 1, 1))))
+
+
+def frame_player(frames, *, captions=None, seconds: float = 10.0,
+                 hint: str = "▶ run this cell to get the player", label: str = "step ") -> FramePlayer:
+    """A player over `frames` (matplotlib Figures or PNG bytes), each drawn once; Play takes ≈ `seconds`."""
+    player = FramePlayer(hint=hint, label_prefix=label)
+    player.set_frames(frames, captions, seconds)
+    return player
+
+
+def reveal_player(fig, ax, times, *, captions=None, seconds: float = 10.0,
+                  hint: str = "▶ run this cell to get the timeline", label: str = "tick ") -> FramePlayer:
+    """A player over one picture: frame k shows `ax` up to data-x times[k]; starts on the last frame."""
+    player = FramePlayer(hint=hint, label_prefix=label)
+    player.set_reveal(fig, ax, times, captions, seconds)
+    return player
+
+
+__all__ = ["FramePlayer", "frame_player", "reveal_player", "DISPLAY_DPI"]
