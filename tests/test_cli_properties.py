@@ -18,6 +18,7 @@ import argparse
 import contextlib
 import io
 import json
+import os
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -49,7 +50,9 @@ EDGE_INTS = ["0", "-1", "1", "2", "3", "4", "8", "1000000000", "4611686018427387
 EDGE_FLOATS = ["nan", "inf", "-inf", "1e400", "-0.0", "0", "1e-300", "-1", "0.5", "3", "1e9", "x"]
 TEXT_VALUES = {"--backend": ["auto", "gloo", "nccl", "threads", "mpi", ""],
                "--model": sorted(PRESETS)[:3] + ["nope", ""],
-               "--shape": ["8x12", "4x4", "0x3", "3x0", "axb", "8", "1x1000000000000", "-2x4"]}
+               "--shape": ["8x12", "4x4", "0x3", "3x0", "axb", "8", "1x1000000000000", "-2x4"],
+               # a file is written only where it harms nothing: the test leaves no file behind
+               "--trace": ["", "/nonexistent-folder/t.json", "/tmp", os.devnull]}
 
 
 def _value(action) -> st.SearchStrategy:

@@ -2,6 +2,7 @@
 
     simlab collective ring-all-reduce --ranks 4 --size 1048576 --json   # lesson 1: a plan, simulated
     simlab run ring-all-reduce --world-size 4 --json                    #   the same plan on real processes
+    simlab run ring-all-reduce --trace ring.json                        #   its trace, for ui.perfetto.dev
     simlab run ddp --world-size 4 --json                                # lesson 2: ours vs torch vs 1 process
     simlab memory --params 7.5e9 --gpus 64 --zero 3 --json              # lesson 3: ZeRO memory per GPU
     simlab schedule 1f1b --stages 4 --microbatches 8 --json             # lesson 4: a schedule, simulated
@@ -21,7 +22,7 @@ import sys
 import traceback
 
 from . import collectives, data_parallel, hybrid, hybrid_calibrate, pipeline, tensor_parallel, zero
-from .common import OneLineParser, as_flags, is_printing_rank, summary
+from .common import OneLineParser, as_flags, is_printing_rank, summary, write_trace
 
 LESSONS = (collectives, data_parallel, zero, pipeline, tensor_parallel, hybrid, hybrid_calibrate)
 
@@ -51,6 +52,8 @@ def main(argv=None) -> int:
     where = f"simlab {args.command}" + (f" {args.target}" if args.command == "run" else "")
     try:
         out = args.func(args)
+        if is_printing_rank():
+            out = write_trace(out, getattr(args, "trace", None))
         text = json.dumps(out, allow_nan=False) if args.json else summary(out) if getattr(args, "summary", True) else None
     except ValueError as err:  # bad input: refused before any work, in the words of the flags
         parser.exit(2, f"{where}: error: {_flags(str(err), args)}\n")

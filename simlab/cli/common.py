@@ -33,6 +33,8 @@ def add_run_flags(p, backends: str = "auto | gloo | nccl", timeout: bool = True)
     else:
         p.set_defaults(timeout=120.0)
     p.add_argument("--seed", type=int, default=0, help="seed of the inputs and the model (default 0)")
+    p.add_argument("--trace", metavar="FILE", default=None,
+                   help="also write the real run's trace as Chrome-trace JSON (open it at ui.perfetto.dev)")
     add_json(p)
 
 
@@ -49,6 +51,19 @@ def check_run_flags(args) -> None:
     _checks.check_int("world_size", args.world_size, 1, MAX_PROCESSES)
     _checks.check_int("seed", args.seed, 0)
     _checks.check_positive("timeout", args.timeout)
+    if args.trace is not None:
+        check_writable("--trace", args.trace)
+
+
+def check_writable(flag: str, path: str) -> None:
+    """Refuse, before any work, a file the run could not write at its end."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not path or os.path.isdir(path):
+        raise ValueError(f"{flag}={path!r}: must name a file, e.g. {flag}=run.json")
+    if not os.path.isdir(folder):
+        raise ValueError(f"{flag}={path!r}: folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise ValueError(f"{flag}={path!r}: not writable")
 
 
 MAX_PROCESSES = _checks.MAX_RANKS  # a course run on one machine; torchrun across machines sets its own
@@ -102,12 +117,34 @@ def is_printing_rank() -> bool:
     return os.environ.get("RANK", "0") == "0"
 
 
+class RunOutput(dict):
+    """What a run prints, holding the run's trace beside it (not printed; `--trace FILE` writes it)."""
+
+    trace = None
+
+    def __or__(self, other: dict) -> "RunOutput":  # `run_output(…) | {more keys}` keeps the trace
+        out = RunOutput(dict(self) | dict(other))
+        out.trace = self.trace
+        return out
+
+
 def run_output(head: dict, res: dict, *extra: str) -> dict:
     """A run's printable result: what was run (`head`), the core keys of the parity contract (all but
     the trace), then the lesson's own `extra` keys — the same shape for every `simlab run` target."""
     core = {k: res[k] for k in CORE_KEYS if k != "trace"}
     why = {"why_no_torch": res["why_no_torch"]} if "why_no_torch" in res else {}
-    return head | core | why | {k: res[k] for k in extra if k in res}
+    out = RunOutput(head | core | why | {k: res[k] for k in extra if k in res})
+    out.trace = res["trace"]
+    return out
+
+
+def write_trace(out: dict, path: str | None) -> dict:
+    """`--trace FILE`: the run's trace as Chrome-trace JSON; the printed result names the file."""
+    if path is None or getattr(out, "trace", None) is None:
+        return out
+    with open(path, "w") as f:
+        f.write(out.trace.to_chrome())
+    return out | {"trace_file": path}
 
 
 def summary(out: dict) -> str:
