@@ -13,7 +13,6 @@ Under torchrun (RANK/WORLD_SIZE/MASTER_ADDR set) nothing is spawned: this proces
 """
 from __future__ import annotations
 
-import ctypes
 import datetime
 import faulthandler
 import fcntl
@@ -35,7 +34,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from simlab._checks import check_choice, check_int, check_positive
-from simlab.exec.launch_watch import LaunchTimeout, WorkerError, collect, locate  # noqa: F401 (errors: our API)
+from simlab.exec.launch_watch import (Interrupted, LaunchTimeout, WorkerError, collect, die_with_parent,  # noqa: F401
+                                      interrupted, locate)
 
 BACKENDS = ("auto", "gloo", "nccl")
 START_METHODS = ("auto", "fork", "spawn", "forkserver")
@@ -109,6 +109,8 @@ def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="au
         results = collect(procs, conns, timeout, stack_files)
         ok = True
         return results
+    except KeyboardInterrupt:  # stop the workers (finally, below), then say so in one line
+        raise interrupted(world_size) from None
     finally:
         _stop(procs, grace=2.0 if ok else 0.0)
         for conn in conns:
@@ -176,7 +178,7 @@ def _pick_start_method(start_method: str) -> str:
 
 def _worker(fn, rank, world_size, args, kwargs, setup, stack_file, conn):
     os.setsid()  # a session of our own: at the end the parent stops it whole, with anything we started
-    _die_with_parent()
+    die_with_parent()
     stacks = open(stack_file, "w")  # if the run hangs, the parent asks where we are: SIGUSR1 dumps our stack
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)  # works even inside a C++ collective
     torch.set_num_threads(1)  # fork trap: a forked child's matmul can hang on the parent's thread pool
@@ -225,14 +227,6 @@ def _teardown():
     gc.collect()  # teardown trap: drop DDP/optimizers holding the group, or gloo may abort at exit
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-def _die_with_parent():
-    # Linux only, best effort: if the parent is killed (kill -9, kernel restart), SIGKILL us too.
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except Exception:
-        pass
 
 
 # ---------------------------------------------------------------- the parent stops everything

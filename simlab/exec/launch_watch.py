@@ -8,10 +8,12 @@ file on SIGUSR1, which works even while the rank is blocked inside a C++ collect
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import re
 import signal
+import sys
 import sysconfig
 import time
 from multiprocessing.connection import wait
@@ -38,6 +40,42 @@ class WorkerError(RuntimeError):
 
 class LaunchTimeout(TimeoutError):
     """The run took longer than `timeout` seconds — usually a collective that one rank never joined."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or Jupyter's interrupt) while ranks ran: every worker was stopped first."""
+
+
+def interrupted(world_size: int) -> Interrupted:
+    """What Ctrl-C during a run becomes, once every worker is stopped: one line, also in a notebook."""
+    one_line_in_ipython()
+    return Interrupted(f"interrupted: {world_size} worker{'s' if world_size != 1 else ''} stopped")
+
+
+def die_with_parent() -> None:
+    """In a worker: if the parent is killed (kill -9, a kernel restart), SIGKILL us too (Linux, best effort)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def one_line_in_ipython() -> None:
+    """In a notebook, show an `Interrupted` as its one line, not a traceback through the launcher.
+
+    IPython's own hook for this (`set_custom_exc`) is set once, and only where no one else set one."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None or shell.custom_exceptions not in ((), (Interrupted,)):
+        return
+
+    def show(shell, etype, value, tb, tb_offset=None):
+        print(f"{value}", file=sys.stderr)
+
+    shell.set_custom_exc((Interrupted,), show)
 
 
 def locate(frames):

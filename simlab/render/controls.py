@@ -139,9 +139,9 @@ class RunControl(Panel):
             self.readout.value = readout_html(text)
             self.extra.children = tuple(extra[0]) if extra else ()
             final = f"done in {time.monotonic() - start:.1f} s"
-        except KeyboardInterrupt:
-            final = "interrupted"
-            raise
+        except KeyboardInterrupt as err:  # the kernel's interrupt: the launcher already stopped the workers
+            self.result, self.error = None, err
+            final = str(err) or "interrupted"  # "interrupted: 4 workers stopped"; not a traceback in the log
         except Exception as err:  # LaunchTimeout, WorkerError, …: one line, never a traceback
             self.result, self.error = None, err
             self.readout.value = readout_html(failure_line(err))

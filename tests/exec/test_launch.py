@@ -17,6 +17,7 @@ import torch.distributed as dist
 
 import simlab.exec.launch as L
 from simlab.exec.launch import LaunchTimeout, WorkerError, device, launch, resolve_backend
+from simlab.exec.launch_watch import Interrupted, one_line_in_ipython
 
 REPO = pathlib.Path(L.__file__).resolve().parents[2]
 BEFORE = set(), set()  # (child pids, multiprocessing children) when the current test started
@@ -212,13 +213,34 @@ def test_keyboard_interrupt_kills_workers():
     timer.start()
     start = time.monotonic()
     try:
-        with pytest.raises(KeyboardInterrupt):
+        with pytest.raises(KeyboardInterrupt) as stop:
             launch(fn, 2, timeout=60)
     finally:
         timer.cancel()
         signal.signal(signal.SIGINT, previous)
     assert time.monotonic() - start < 5
     assert_clean()
+    # one line says what happened; the launcher's frames are not the learner's business
+    assert isinstance(stop.value, Interrupted) and str(stop.value) == "interrupted: 2 workers stopped"
+    assert stop.value.__suppress_context__
+
+
+def test_an_interrupt_shows_as_one_line_in_ipython(capsys):
+    from IPython.core.interactiveshell import InteractiveShell
+    shell = InteractiveShell.instance()
+    try:
+        one_line_in_ipython()
+        assert shell.custom_exceptions == (Interrupted,)
+        shell.run_cell("from simlab.exec.launch_watch import Interrupted\n"
+                       "raise Interrupted('interrupted: 8 workers stopped')")
+        err = capsys.readouterr().err
+        assert err == "interrupted: 8 workers stopped\n"
+        shell.set_custom_exc((ValueError,), lambda *a, **k: None)  # someone else's hook is left alone
+        one_line_in_ipython()
+        assert shell.custom_exceptions == (ValueError,)
+    finally:
+        shell.set_custom_exc((), None)
+        InteractiveShell.clear_instance()
 
 
 ORPHAN_SCRIPT = """

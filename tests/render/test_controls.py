@@ -73,6 +73,16 @@ def test_a_run_control_shows_the_result_of_a_click_and_a_failure_in_one_line():
     assert "Traceback" not in failing.readout.value
 
 
+def test_an_interrupted_run_says_so_in_one_line_and_frees_the_button():
+    from simlab.exec.launch_watch import Interrupted
+
+    def interrupted():
+        raise Interrupted("interrupted: 4 workers stopped")
+    control = run_control(interrupted, lambda r: (None, ""))
+    assert control.run_now() is None and control.progress.value == "interrupted: 4 workers stopped"
+    assert not control.button.disabled
+
+
 def test_a_run_control_can_add_widgets_such_as_the_real_traces_link():
     trace = Trace([Event(rank=0, kind="send", step=0, peer=1, nbytes=8, start=0.0, end=1.0)])
     control = run_control(lambda: 1, lambda r: (None, "ok", [trace_link(trace, "real.json")]))
