@@ -40,6 +40,8 @@ function render({ model, el: root }) {
   const box = el("div", "simlab-box"), img = el("img", "simlab-frame"), veil = el("div", "simlab-veil");
   box.style.cssText = "position:relative;display:inline-block;max-width:100%";
   img.style.cssText = "display:block;max-width:100%;height:auto";
+  // each picture at its natural size: drawn with pixel_scale × the pixels, for HiDPI screens
+  img.onload = () => { img.style.width = img.naturalWidth / model.get("pixel_scale") + "px"; };
   veil.style.cssText = "position:absolute;background:rgba(255,255,255,0.78);pointer-events:none";
   box.append(img, veil);
   const cap = el("div", "simlab-caption");
@@ -48,7 +50,7 @@ function render({ model, el: root }) {
   const n = () => model.get("count");
   function load() {
     urls = model.get("frames").map(b => "data:image/png;base64," + b);
-    step.max = Math.max(n() - 1, 0); img.style.width = model.get("width_px") + "px"; show();
+    step.max = Math.max(n() - 1, 0); show();
   }
   function show() {
     const k = Math.min(model.get("value"), n() - 1), caps = model.get("captions"), rv = model.get("reveal");
@@ -67,7 +69,7 @@ function render({ model, el: root }) {
     if (timer) return stop();
     if (model.get("value") >= n() - 1) go(0);
     play.textContent = "❚❚ pause";
-    timer = setInterval(() => { const k = model.get("value") + 1; if (k >= n()) stop(); else go(k); },
+    timer = setInterval(() => { const k = model.get("value") + 1; go(k); if (k >= n() - 1) stop(); },
                         model.get("interval_ms"));
   };
   prev.onclick = () => { stop(); go(model.get("value") - 1); };
@@ -92,7 +94,8 @@ class FramePlayer(anywidget.AnyWidget):
     captions = t.List(t.Unicode()).tag(sync=True)   # HTML under the picture, one per frame (or none)
     reveal = t.List(t.Float()).tag(sync=True)       # reveal player: x (fraction of width) where grey starts
     veil_box = t.List(t.Float(), [0.0, 1.0, 1.0]).tag(sync=True)  # axes top, bottom, right (fractions)
-    width_px = t.Int(600).tag(sync=True)            # CSS width: the figure's natural size
+    width_px = t.Int(600).tag(sync=True)            # the first frame's natural width (CSS px)
+    pixel_scale = t.Float(PIXEL_SCALE).tag(sync=True)  # picture pixels per CSS px
     interval_ms = t.Int(250).tag(sync=True)
     label_prefix = t.Unicode("step ").tag(sync=True)
 
