@@ -5,7 +5,7 @@ import json
 import pytest
 from matplotlib.figure import Figure
 
-from simlab.render.controls import (Panel, figure_image, run_control, show_figure, table_html, trace_link,
+from simlab.render.controls import (Panel, figure_image, off_grid, run_control, show_figure, table_html, trace_link,
                                     readout_html)
 from simlab.render.mpl import DISPLAY_DPI, PIXEL_SCALE, figure_png, png_size, render_png
 from simlab.render.player import MAX_INTERVAL_MS, frame_player, reveal_player
@@ -128,3 +128,12 @@ def test_a_reveal_players_veil_starts_exactly_at_the_data_x_in_the_picture():
     x0_inches = ax.transData.transform((0, 0))[0] / fig.dpi
     assert left == pytest.approx((x0_inches - bbox.x0) / bbox.width)
     assert 0 < top < bottom < 1 and player.value == 2 and len(player.frames) == 1
+
+
+def test_off_grid_finds_the_sliders_a_browser_would_snap():
+    import ipywidgets as w
+    assert off_grid(w.VBox([w.FloatLogSlider(value=1e9, base=10, min=6, max=12, step=0.5)])) == []
+    snapped = w.FloatLogSlider(value=7.5e9, base=10, min=6, max=12, step=0.1)  # 10**9.875 ≠ 7.5e9
+    lin = w.FloatSlider(value=0.3, min=0, max=1, step=0.25, description="ratio")
+    found = off_grid(Panel([w.HBox([snapped, w.IntSlider(value=4, min=1, max=16)]), lin]))
+    assert len(found) == 2 and any(f.startswith("ratio=0.3") for f in found)
