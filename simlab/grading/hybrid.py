@@ -8,6 +8,10 @@
   "dp" or "pp") crosses between two nodes of 4 GPUs in dp=2 × pp=2 × tp=2, and which kind carries the most
   bytes for rank 0; the check launches the run (`parity.hybrid.run_hybrid`, 8 processes) and compares with
   the groups torch built and the bytes each rank really sent.
+- `check_tp_bytes_prediction(tp_bytes)`: before the same run the learner says how many bytes rank 0 sends on
+  its TP group per step. The run is the lesson's with hidden 32 and 8 micro-batches (the lesson measured
+  36,864 B with hidden 16 and 4), so the answer is reasoned, not looked up; it must be within 10 % of what
+  rank 0 really sent. Both checks grade one run (`PREDICTION_RUN`), launched once per kernel.
 
 As in every `simlab.grading` module: one stable line, ✓ or ✗ naming the case; a failure raises AssertionError.
 
@@ -94,7 +98,22 @@ def check_budget_plan(key: str, plan) -> None:
 
 
 PREDICTION_GRID = {"dp": 2, "pp": 2, "tp": 2}
+# the lesson's small GPT with twice its hidden size (still 4 heads) and twice its micro-batches per replica
+PREDICTION_RUN = {**PREDICTION_GRID, "zero": 1, "steps": 1, "hidden": 32, "microbatches": 8}
 GPUS_PER_NODE = 4
+BYTES_WITHIN = 0.10  # a byte count within 10 % of the measured one passes
+_RUNS = {}  # the default run's result: both predictions grade one launch
+
+
+def _prediction_run(run) -> dict:
+    """The real run the predictions are graded against: `run(**PREDICTION_RUN)`, or the real launcher's
+    result, launched once per kernel (bytes and groups are the same every time it runs)."""
+    if run is not None:
+        return run(**PREDICTION_RUN)
+    if "real" not in _RUNS:
+        from ..parity.hybrid import run_hybrid
+        _RUNS["real"] = run_hybrid(**PREDICTION_RUN)
+    return _RUNS["real"]
 
 
 def check_network_prediction(crosses: str, busiest: str, run=None) -> None:
@@ -104,9 +123,7 @@ def check_network_prediction(crosses: str, busiest: str, run=None) -> None:
     for name, value in (("crosses", crosses), ("busiest", busiest)):
         if value not in KINDS:
             fail(title, name, f"{value!r}: answer with one of {', '.join(repr(k) for k in KINDS)}")
-    if run is None:
-        from ..parity.hybrid import run_hybrid as run
-    real = run(**PREDICTION_GRID, zero=1, steps=1)
+    real = _prediction_run(run)
     node = lambda rank: rank // GPUS_PER_NODE  # noqa: E731
     across = [k for k in KINDS if any(len({node(r) for r in g}) > 1 for g in real["groups"][k])]
     shown = lambda k: " ".join("[" + " ".join(map(str, g)) + "]" for g in real["groups"][k])  # noqa: E731
@@ -120,3 +137,20 @@ def check_network_prediction(crosses: str, busiest: str, run=None) -> None:
         fail(title, "busiest", f"you said {busiest}; rank 0 sent {table} per step: {most} carries the most")
     print(f"{title}: ✓ the {crosses} groups ({shown(crosses)}) cross nodes; rank 0 sent {table} per step: "
           f"{busiest} the most")
+
+
+def check_tp_bytes_prediction(tp_bytes, run=None) -> None:
+    """Grade a byte count against what rank 0 really sent on its TP group in one step of `PREDICTION_RUN`."""
+    title = "3-D run, TP bytes"
+    if isinstance(tp_bytes, bool) or not isinstance(tp_bytes, (int, float)) or not 0 < tp_bytes < float("inf"):
+        fail(title, "tp_bytes", f"{tp_bytes!r}: answer with a positive number of bytes")
+    real = _prediction_run(run)
+    sent = real["bytes_sent_per_group"]["tp"][0]
+    ratio = tp_bytes / sent
+    if abs(tp_bytes - sent) > BYTES_WITHIN * sent:
+        fail(title, "tp_bytes", f"you said {tp_bytes:,.0f} B; rank 0 sent {sent:,} B on its TP group per step "
+             f"(yours is {ratio:.2f}× that). Per micro-batch TP all-reduces an activation of b·s·h·4 bytes: in "
+             f"each block 2 forward and 2 backward, plus one for the vocab-parallel embedding; over 2 ranks a "
+             f"ring all-reduce sends the whole buffer once")
+    print(f"{title}: ✓ you said {tp_bytes:,.0f} B; rank 0 sent {sent:,} B on its TP group per step "
+          f"({ratio:.2f}×, within {BYTES_WITHIN:.0%})")

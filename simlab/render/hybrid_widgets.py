@@ -6,8 +6,11 @@ then run a scaled-down version of the winner for real on this machine.
   `draw_plan_memory`, `draw_time_breakdown`); the winner's pipeline as lesson 4's Gantt chart, stepped by
   lesson 4's simulator with this model's stage times (`sim.hybrid_time.pipeline_trace`).
 - `strategy_explorer(run=None)` wraps it in knobs (a primer scenario to start from, the model preset and its
-  sizes, GPU, GPUs, GPUs per node, network, batch) and, given `run` (e.g. `parity.hybrid.run_hybrid`; this
-  module never starts processes itself), a button that runs `scaled_down(winner)` for real.
+  sizes, GPU; GPUs, GPUs per node and network as sliders that start on their grids; batch), built from the
+  shared toolkit (`render.controls`: a `Panel` whose saved form is a hint, the figure at its natural size,
+  the advisor's plans as a table) and, given `run` (e.g. `parity.hybrid.run_hybrid`; this module never
+  starts processes itself), a `run_control` that runs `scaled_down(winner)` for real and offers its trace
+  for Perfetto.
 
 The frames are pure, so tests need no browser.
 
@@ -18,8 +21,6 @@ The frames are pure, so tests need no browser.
 """
 from __future__ import annotations
 
-import html
-
 from .._checks import check_choice
 from ..sim.advisor import by_family, family, search
 from ..sim.hardware import GPUS
@@ -27,9 +28,8 @@ from ..sim.hybrid import Plan
 from ..sim.hybrid_scenarios import BY_KEY, GPT2, WIDE, Scenario
 from ..sim.hybrid_time import pipeline_trace
 from ..sim.model import PRESETS
-from .hybrid import advisor_text, draw_plan_memory, draw_time_breakdown
+from .hybrid import COLUMNS, _config_row, advisor_text, draw_plan_memory, draw_time_breakdown
 from .hybrid_run import draw_predicted_vs_real, run_text, time_text
-from .mpl import figure_png
 from .pipeline import draw_gantt
 
 MODELS = {**PRESETS, GPT2.name: GPT2, WIDE.name: WIDE}
@@ -75,8 +75,9 @@ def strategy_frame(scenario: str | None = None, model: str = "gpt3-175b", gpu: s
 
 
 def _answer(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_batch, layers, hidden, heads, top,
-            figure):
-    """`strategy_frame`'s (figure, text), and the best plan's config (None when nothing fits)."""
+            figure, full=False):
+    """`strategy_frame`'s (figure, text), the best plan's config (None when nothing fits), and with `full`
+    the advisor's whole result."""
     q = _question(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_batch,
                   {"layers": layers, "hidden": hidden, "heads": heads})
     c = q.cluster()
@@ -87,7 +88,7 @@ def _answer(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_b
     lines.append(advisor_text(result, top=top))
     text, config = "\n".join(lines), result["best"]["config"] if result["best"] is not None else None
     if not figure:
-        return None, text, config
+        return (None, text, config) + ((result,) if full else ())
     winner = family(config) if config is not None else None
     rivals = by_family(q.model, c, q.global_batch, families=q.rivals or RIVALS)
     if not q.rivals:  # a question of the learner's own: the fastest rival families (those that fit first)
@@ -109,7 +110,7 @@ def _answer(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_b
     else:
         fig.suptitle("no pipeline in the best plan (pp = 1)" if plan else "nothing fits", fontsize=9, x=0.02,
                      ha="left")
-    return fig, text, config
+    return (fig, text, config) + ((result,) if full else ())
 
 
 def scaled_down(config: dict) -> dict:
@@ -122,49 +123,83 @@ def scaled_down(config: dict) -> dict:
     return out
 
 
+def explorer_rows(result: dict, top: int = 5) -> list[dict]:
+    """The advisor's `top` plans as table rows (the columns of `advisor_text`), best first."""
+    return [dict(zip(COLUMNS, _config_row(i, p))) for i, p in enumerate(result["candidates"][:top], 1)]
+
+
+def _slider(name: str, grid, value, label: str, fmt):
+    import ipywidgets as w
+    if value not in grid:  # a knob must start on its grid, or the browser moves it (and redraws)
+        raise ValueError(f"{name}={value!r}: must be one of {', '.join(fmt(v) for v in grid)}")
+    return w.SelectionSlider(options=[(fmt(v), v) for v in grid], value=value, description=label,
+                             continuous_update=False, style={"description_width": "initial"})
+
+
+def _knob_values(s: Scenario) -> dict:
+    """What a scenario puts in the knobs (a one-node case keeps the network knob at its default)."""
+    return {"model": s.model.name, "layers": s.model.layers, "hidden": s.model.hidden, "heads": s.model.heads,
+            "gpu": s.gpu, "gpus": s.gpus, "gpus_per_node": s.cluster_args.get("gpus_per_node", 8),
+            "inter_node_gbps": float(s.cluster_args.get("inter_node_gbps", 1600.0)), "global_batch": s.global_batch}
+
+
+def _small_text(small: dict) -> str:
+    n = small["dp"] * small["pp"] * small["tp"]
+    return (f"scaled down for this machine: dp={small['dp']} × pp={small['pp']} × tp={small['tp']} = {n} "
+            f"process{'es' * (n > 1)}, {small['schedule']}" + (f" ×{small['chunks']}" if small["chunks"] > 1 else "")
+            + f", ZeRO-{small['zero']}" * (small["zero"] > 0))
+
+
 def strategy_explorer(scenario: str = "nodes-slow", run=None, predict=None):
     """Pick a primer scenario, then change the model, its sizes, the GPUs, the network or the batch; with
     `run`, a button runs the winner scaled down (`scaled_down`) on local processes, and with `predict`
-    (result → predicted trace, e.g. `parity.hybrid.predicted_trace`) draws the prediction above the run."""
+    (result → predicted trace, e.g. `parity.hybrid.predicted_trace`) draws the prediction above the run.
+    Returns a `Panel`; `.knobs`, `.scenario`, `.verdict`, `.picture`, `.small` and `.run_control` are its
+    parts, for tests and curious learners."""
     import ipywidgets as w
-    start = BY_KEY[scenario]
-    knobs = {"model": w.Dropdown(options=sorted(MODELS), value=start.model.name, description="model"),
-             "layers": w.BoundedIntText(value=start.model.layers, min=1, max=1024, description="layers"),
-             "hidden": w.BoundedIntText(value=start.model.hidden, min=1, max=1 << 17, description="hidden"),
-             "heads": w.BoundedIntText(value=start.model.heads, min=1, max=1024, description="heads"),
-             "gpu": w.Dropdown(options=tuple(GPUS), value=start.gpu, description="GPU"),
-             "gpus": w.Dropdown(options=GPU_COUNTS, value=start.gpus, description="GPUs"),
-             "gpus_per_node": w.Dropdown(options=(1, 2, 4, 8), value=8, description="GPUs/node"),
-             "inter_node_gbps": w.Dropdown(options=NETWORKS, value=start.cluster_args.get("inter_node_gbps", 1600.0),
-                                           description="Gbit/s/node"),
-             "global_batch": w.BoundedIntText(value=start.global_batch, min=1, max=1 << 20, description="batch")}
+
+    from .controls import Panel, figure_image, readout_html, run_control, show_figure, table_html, trace_link
+    check_choice("scenario", scenario, tuple(BY_KEY))
+    start = _knob_values(BY_KEY[scenario])
+    size = lambda name, top: w.BoundedIntText(value=start[name], min=1, max=top, description=name,  # noqa: E731
+                                              layout=w.Layout(width="180px"))
+    knobs = {"model": w.Dropdown(options=sorted(MODELS), value=start["model"], description="model"),
+             "layers": size("layers", 1024), "hidden": size("hidden", 1 << 17), "heads": size("heads", 1024),
+             "gpu": w.Dropdown(options=tuple(GPUS), value=start["gpu"], description="GPU"),
+             "gpus": _slider("gpus", GPU_COUNTS, start["gpus"], "GPUs", str),
+             "gpus_per_node": _slider("gpus_per_node", (1, 2, 4, 8), start["gpus_per_node"], "GPUs per node", str),
+             "inter_node_gbps": _slider("inter_node_gbps", NETWORKS, start["inter_node_gbps"],
+                                        "network per node", lambda v: f"{v:g} Gbit/s"),
+             "global_batch": w.BoundedIntText(value=start["global_batch"], min=1, max=1 << 20, description="batch",
+                                              layout=w.Layout(width="200px"))}
     pick = w.Dropdown(options=[(f"{s.where}: {s.english}", s.key) for s in BY_KEY.values()], value=scenario,
                       description="scenario", layout=w.Layout(width="95%"))
-    text, image, ran, timeline = w.HTML(), w.Image(format="png"), w.HTML(), w.Image(format="png")
-    button = w.Button(description="run it for real (scaled down)", button_style="primary",
-                      layout=w.Layout(width="auto"))
+    verdict, picture, small_line = w.HTML(), figure_image(), w.HTML()
     busy, best = [], {}  # busy: a scenario is filling the knobs, so they redraw once, not nine times
 
     def show(_=None) -> None:
         if busy:
             return
         try:
-            fig, summary, config = _answer(None, **{k: knob.value for k, knob in knobs.items()}, top=5, figure=True)
-        except ValueError as err:  # e.g. a batch no layout divides: say so, keep the last picture
-            text.value = f"<pre>{html.escape(str(err))}</pre>"
+            fig, summary, config, result = _answer(None, **{k: knob.value for k, knob in knobs.items()}, top=5,
+                                                   figure=True, full=True)
+        except ValueError as err:  # e.g. a batch no layout divides: say so in one line, keep the last picture
+            verdict.value = readout_html(str(err).splitlines()[0])
             return
-        text.value = f"<pre>{html.escape(summary)}</pre>"
-        image.value = figure_png(fig)
+        lines = summary.split("\n")  # the question, "N plans evaluated …", the text table, "why:" …
+        counted = next(i for i, line in enumerate(lines) if " plans evaluated" in line)
+        rows = explorer_rows(result)
+        table = table_html(rows, list(COLUMNS)) if rows else ""
+        verdict.value = readout_html("\n".join(lines[:counted + 1])) + table + readout_html(
+            "\n".join(lines[lines.index("why:"):]))
+        show_figure(picture, fig)
         best.clear()
         best.update(config or {})
+        small_line.value = readout_html(_small_text(scaled_down(best)) if best else "nothing fits: nothing to run")
 
     def choose(change) -> None:
-        s = BY_KEY[change["new"]]
         busy.append(1)
-        for name, value in (("model", s.model.name), ("layers", s.model.layers), ("hidden", s.model.hidden),
-                            ("heads", s.model.heads), ("gpu", s.gpu), ("gpus", s.gpus), ("gpus_per_node", 8),
-                            ("inter_node_gbps", s.cluster_args.get("inter_node_gbps", 1600.0)),
-                            ("global_batch", s.global_batch)):
+        for name, value in _knob_values(BY_KEY[change["new"]]).items():
             knobs[name].value = value
         busy.clear()
         show()
@@ -175,30 +210,32 @@ def strategy_explorer(scenario: str = "nodes-slow", run=None, predict=None):
         knobs["layers"].value, knobs["hidden"].value, knobs["heads"].value = m.layers, m.hidden, m.heads
         busy.clear()
 
-    def go(_=None) -> None:
-        if not best:
-            ran.value = "<pre>nothing fits: nothing to run</pre>"
-            return
-        small = scaled_down(best)
-        button.disabled, ran.value = True, f"<pre>running {html.escape(str(small))} …</pre>"
-        try:
-            result = run(small["dp"], small["pp"], small["tp"], zero=small["zero"], schedule=small["schedule"],
-                         chunks=small["chunks"])
-            ran.value = f"<pre>{html.escape(run_text(result) + chr(10) + time_text(result))}</pre>"
-            if predict is not None:
-                timeline.value = figure_png(draw_predicted_vs_real(predict(result), result))
-        except (ValueError, RuntimeError) as err:  # a run that fails is one line, as everywhere else
-            ran.value = f"<pre>{html.escape(str(err).splitlines()[0])}</pre>"
-        finally:
-            button.disabled = False
-
     pick.observe(choose, names="value")
     knobs["model"].observe(preset, names="value")
     for knob in knobs.values():
         knob.observe(show, names="value")
-    button.on_click(go)
     show()
-    rows = [pick, w.HBox([knobs[k] for k in ("model", "layers", "hidden", "heads")]),
-            w.HBox([knobs[k] for k in ("gpu", "gpus", "gpus_per_node")]),
-            w.HBox([knobs[k] for k in ("inter_node_gbps", "global_batch")]), text, image]
-    return w.VBox(rows + ([button, ran, timeline] if run is not None else []))
+    children = [pick, w.HBox([knobs[k] for k in ("model", "layers", "hidden", "heads")]),
+                w.HBox([knobs[k] for k in ("gpu", "gpus", "gpus_per_node")]),
+                w.HBox([knobs[k] for k in ("inter_node_gbps", "global_batch")]), verdict, picture]
+    control = None
+    if run is not None:
+        def run_small() -> dict:
+            if not best:
+                raise ValueError("nothing fits: nothing to run")
+            small = scaled_down(best)
+            return run(small["dp"], small["pp"], small["tp"], zero=small["zero"], schedule=small["schedule"],
+                       chunks=small["chunks"])
+
+        def shown(result: dict):
+            fig = draw_predicted_vs_real(predict(result), result) if predict is not None else None
+            return fig, run_text(result) + "\n" + time_text(result), [trace_link(result["trace"], "hybrid_run.json")]
+
+        control = run_control(run_small, shown, label="run it for real (scaled down)",
+                              hint="▶ run this cell to get the real-run button")
+        children += [small_line, control]
+    panel = Panel(children, hint="▶ run this cell to get the strategy explorer: a primer case, then your own model, "
+                                 "GPUs, network and batch")
+    panel.knobs, panel.scenario, panel.verdict, panel.picture = knobs, pick, verdict, picture
+    panel.small, panel.run_control = small_line, control
+    return panel

@@ -1,9 +1,11 @@
 """Lesson 6's capstone checks: a plan passes only if it fits and is within 10 % of the advisor's best, a failing
-plan is told why in numbers, and the run predictions are checked against the run's own groups and bytes."""
+plan is told why in numbers, and the run predictions are checked against the run's own groups and bytes —
+one run for all of them."""
 import pytest
 
-from simlab.grading.hybrid import BUDGETS, GPUS_PER_NODE, PREDICTION_GRID, WITHIN, check_budget_plan, \
-    check_network_prediction
+from simlab.grading import hybrid
+from simlab.grading.hybrid import BUDGETS, BYTES_WITHIN, GPUS_PER_NODE, PREDICTION_GRID, PREDICTION_RUN, WITHIN, \
+    check_budget_plan, check_network_prediction, check_tp_bytes_prediction
 from simlab.sim.advisor import search
 from simlab.sim.hybrid import Plan
 from simlab.sim.mesh import KINDS, Mesh
@@ -60,7 +62,7 @@ def fake_run(bytes_rank0, groups=None):
     groups = groups or {k: [list(g) for g in mesh.groups(k)] for k in KINDS}
 
     def run(**kw):
-        assert kw == {**PREDICTION_GRID, "zero": 1, "steps": 1}
+        assert kw == PREDICTION_RUN == {**PREDICTION_GRID, "zero": 1, "steps": 1, "hidden": 32, "microbatches": 8}
         return {"groups": groups, "bytes_sent_per_group": {k: [bytes_rank0[k]] * 8 for k in KINDS}}
     return run
 
@@ -87,3 +89,50 @@ def test_a_non_answer_is_refused_before_any_run(capsys):
         check_network_prediction("network", "tp", run=no_run)
     assert "answer with one of 'tp', 'dp', 'pp'" in capsys.readouterr().out
     assert GPUS_PER_NODE * 2 == 8
+
+
+@pytest.mark.parametrize("answer", [147_456, 147_456.0, 147_456 * (1 + 0.99 * BYTES_WITHIN),
+                                    147_456 * (1 - 0.99 * BYTES_WITHIN)])
+def test_a_byte_count_within_10_percent_of_the_measured_one_passes(answer, capsys):
+    check_tp_bytes_prediction(answer, run=fake_run({"tp": 147_456, "dp": 54_656, "pp": 16_384}))
+    out = capsys.readouterr().out
+    assert out.startswith("3-D run, TP bytes: ✓ you said") and "rank 0 sent 147,456 B on its TP group" in out
+
+
+@pytest.mark.parametrize("answer, ratio", [(131_072, "0.89"), (36_864, "0.25"), (73_728, "0.50"), (294_912, "2.00")])
+def test_a_byte_count_off_by_more_is_told_the_measured_bytes_and_why(answer, ratio, capsys):
+    # 131,072: forgot the embedding's all-reduce; 36,864: the lesson's run, unscaled; 73,728: scaled once
+    with pytest.raises(AssertionError):
+        check_tp_bytes_prediction(answer, run=fake_run({"tp": 147_456, "dp": 54_656, "pp": 16_384}))
+    out = capsys.readouterr().out
+    assert out.startswith("3-D run, TP bytes: ✗ tp_bytes: you said") and out.count("\n") == 1
+    assert f"rank 0 sent 147,456 B on its TP group per step (yours is {ratio}× that)" in out
+
+
+def test_the_byte_answer_follows_the_run_not_a_fixed_number(capsys):
+    check_tp_bytes_prediction(1000, run=fake_run({"tp": 1000, "dp": 1, "pp": 1}))
+    with pytest.raises(AssertionError):
+        check_tp_bytes_prediction(147_456, run=fake_run({"tp": 1000, "dp": 1, "pp": 1}))
+
+
+@pytest.mark.parametrize("answer", [None, "147456", -5, 0, float("nan"), float("inf"), True])
+def test_a_byte_answer_that_is_not_a_number_is_refused_before_any_run(answer, capsys):
+    def no_run(**kw):
+        pytest.fail("ran")
+    with pytest.raises(AssertionError):
+        check_tp_bytes_prediction(answer, run=no_run)
+    assert "answer with a positive number of bytes" in capsys.readouterr().out
+
+
+def test_both_predictions_grade_one_launch_of_the_real_run(monkeypatch, capsys):
+    import simlab.parity.hybrid as parity
+    calls = []
+
+    def once(**kw):
+        calls.append(kw)
+        return fake_run({"tp": 147_456, "dp": 54_656, "pp": 16_384})(**kw)
+    monkeypatch.setattr(parity, "run_hybrid", once)
+    monkeypatch.setattr(hybrid, "_RUNS", {})
+    check_network_prediction("pp", "tp")
+    check_tp_bytes_prediction(147_456)
+    assert calls == [PREDICTION_RUN]

@@ -92,18 +92,39 @@ def test_the_explorer_reacts_to_a_scenario_and_runs_the_winner_scaled_down():
         return FAKE
 
     ui = strategy_explorer("node-fits", run=fake_run, predict=lambda r: FAKE["trace"])
-    pick = next(c for c in children(ui) if isinstance(c, w.Dropdown) and c.description == "scenario")
-    text = next(c for c in children(ui) if isinstance(c, w.HTML))
-    assert "DDP" in text.value or "DP+ZeRO" in text.value
-    pick.value = "nodes-slow"
-    gpus = next(c for c in children(ui) if isinstance(c, w.Dropdown) and c.description == "GPUs")
-    assert gpus.value == 1024 and "TP+PP+DP+ZeRO-1" in text.value
-    button = next(c for c in children(ui) if isinstance(c, w.Button))
-    button.click()
+    assert repr(ui).startswith("▶ run this cell to get the strategy explorer")  # what a saved notebook shows
+    assert "<table" in ui.verdict.value and ("DDP" in ui.verdict.value or "DP+ZeRO" in ui.verdict.value)
+    assert ui.picture.value and ui.picture.layout.display is None  # the figure, shown
+    assert "scaled down for this machine: dp=2 × pp=1 × tp=1 = 2 processes" in ui.small.value
+    ui.scenario.value = "nodes-slow"
+    assert ui.knobs["gpus"].value == 1024 and ui.knobs["inter_node_gbps"].value == 25.0
+    assert "TP+PP+DP+ZeRO-1" in ui.verdict.value
+    assert "dp=2 × pp=2 × tp=2 = 8 processes, 1f1b, ZeRO-1" in ui.small.value
+    control = ui.run_control
+    assert control.image.layout.display == "none"  # nothing drawn before a run
+    control.run_now()  # what a click does
     assert calls == [(2, 2, 2, {"zero": 1, "schedule": "1f1b", "chunks": 1})]
-    ran = [c for c in children(ui) if isinstance(c, w.HTML)][-1]
-    assert "dp=2 × pp=2 × tp=2" in ran.value and "step time: predicted" in ran.value
-    assert [c for c in children(ui) if isinstance(c, w.Image)][-1].value  # the timelines were drawn
+    assert "dp=2 × pp=2 × tp=2" in control.readout.value and "step time: predicted" in control.readout.value
+    assert control.image.value and control.image.layout.display is None  # the timelines were drawn
+    assert "hybrid_run.json" in control.extra.children[0].value  # the real trace, for Perfetto
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("s", SCENARIOS, ids=lambda s: s.key)
+def test_every_scenario_puts_the_sliders_on_their_grids(s):
+    ui = strategy_explorer(s.key)
+    for name in ("gpus", "gpus_per_node", "inter_node_gbps"):
+        slider = ui.knobs[name]
+        assert isinstance(slider, w.SelectionSlider) and slider.value in [v for _, v in slider.options], name
+    assert ui.knobs["gpus"].value == s.gpus and ui.knobs["model"].value == s.model.name
+
+
+def test_a_value_off_the_grid_is_refused_in_one_line():
+    from simlab.render.hybrid_widgets import _slider
+    with pytest.raises(ValueError, match=r"^gpus=3: must be one of 1, 2, 4"):
+        _slider("gpus", (1, 2, 4), 3, "GPUs", str)
+    with pytest.raises(ValueError, match="scenario="):
+        strategy_explorer("moon")
 
 
 def test_a_failing_run_is_one_line_in_the_explorer():
@@ -111,17 +132,24 @@ def test_a_failing_run_is_one_line_in_the_explorer():
         raise RuntimeError("rank 3 failed: ZeroDivisionError: division by zero\nTraceback …")
 
     ui = strategy_explorer("nodes-slow", run=broken)
-    next(c for c in children(ui) if isinstance(c, w.Button)).click()
-    ran = [c for c in children(ui) if isinstance(c, w.HTML)][-1]
-    assert ran.value == "<pre>rank 3 failed: ZeroDivisionError: division by zero</pre>"
+    ui.run_control.run_now()
+    assert "real run failed: RuntimeError: rank 3 failed: ZeroDivisionError: division by zero" in \
+        ui.run_control.readout.value
+    assert "Traceback" not in ui.run_control.readout.value and ui.run_control.error is not None
 
 
 def test_a_bad_knob_in_the_explorer_is_said_not_raised():
     ui = strategy_explorer("node-fits")
-    heads = next(c for c in children(ui) if isinstance(c, w.BoundedIntText) and c.description == "heads")
-    heads.value = 7  # hidden 2304 is not 7 heads' worth
-    text = next(c for c in children(ui) if isinstance(c, w.HTML)).value
-    assert text.startswith("<pre>hidden=2304") and "heads=7" in text and "\n" not in text
+    before = ui.picture.value
+    ui.knobs["heads"].value = 7  # hidden 2304 is not 7 heads' worth
+    text = ui.verdict.value
+    assert "hidden=2304" in text and "heads=7" in text and text.count("<pre") == 1 and "\n" not in text
+    assert ui.picture.value == before  # the last picture stays
+
+
+def test_the_explorer_without_a_run_has_no_button():
+    ui = strategy_explorer("node-fits")
+    assert ui.run_control is None and not [c for c in children(ui) if isinstance(c, w.Button)]
 
 
 # ---- the real run's text --------------------------------------------------------------------------------
