@@ -1,8 +1,9 @@
 """Lesson 2's exercise: DDP's gradient buckets (`assign_buckets`) and when each may start its all-reduce
-(`BucketReadiness`), graded against simlab's own on real models' parameter sizes and several caps."""
+(`BucketReadiness`), graded against simlab's own on real models' parameter sizes and several caps; and a
+prediction (buckets, bytes rank 0 sends) made before a real DDP run, graded against what it measured."""
 from __future__ import annotations
 
-from ..sim.buckets import BucketReadiness, assign_buckets
+from ..sim.buckets import BucketReadiness, assign_buckets, torch_rule_buckets
 from .common import fail
 
 BUCKET_MODELS = {  # parameter bytes in module order (weight, bias, …), from real layer shapes
@@ -44,3 +45,41 @@ def check_bucketing(assign_fn, readiness_cls) -> None:
             cases += 1
     print(f"{title}: ✓ {cases} model/cap cases: buckets in reverse order under the cap, "
           f"each launched when its last gradient is ready, in bucket order")
+
+
+# ---------------------------------------------------------------- predict, then run
+
+PREDICT_CAP_BYTES = 5000  # the tiny MLP's 8 tensors (11,152 bytes): 3 buckets by simlab's rule, 2 by torch's
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def check_ddp_prediction(predicted_buckets, predicted_bytes, real: dict, cap_bytes: int = PREDICT_CAP_BYTES) -> None:
+    """Grade a prediction made before the run against what the real DDP run (`run_ddp`) measured:
+    how many buckets it formed, and how many bytes rank 0's ring sent in one step."""
+    title = "DDP prediction"
+    n, sizes = real["world_size"], [4 * k for k in real["param_numels"]]  # fp32 bytes per tensor
+    buckets, sent, model = len(real["buckets"]), real["bytes_sent_per_rank"][0], sum(sizes)
+    if predicted_buckets is None or predicted_bytes is None:  # not answered yet: the exercise's stub state
+        raise NotImplementedError("exercise: set predicted_buckets and predicted_bytes before the run")
+    for name, value in (("predicted_buckets", predicted_buckets), ("predicted_bytes", predicted_bytes)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            fail(title, name, f"{value!r}: write a whole number before running the cell")
+    if predicted_buckets != buckets:
+        why = {1: f"one bucket would need the whole model ({model:,} bytes) under the {cap_bytes:,}-byte cap",
+               len(sizes): "a bucket packs several tensors until the next one would not fit",
+               len(torch_rule_buckets(sizes, cap_bytes)): "that is torch's rule (a bucket closes once it "
+               "reaches the cap, keeping the tensor that crossed it); simlab starts a new bucket instead"}
+        fail(title, f"predicted {_count(predicted_buckets, 'bucket')}", f"the real run formed {buckets}: "
+             + why.get(predicted_buckets, "walk the tensors last to first, adding while the total stays <= the cap"))
+    if predicted_bytes != sent:
+        why = {model: "that is the model once: a ring all-reduce is a reduce-scatter then an all-gather, "
+                      "each sending (N-1)/N of every bucket",
+               2 * model: f"2x the model is the limit for many ranks; with N={n} each rank sends 2(N-1)/N of it",
+               (n - 1) * model: "that is DP's hub sending the model to N-1 devices; in a ring every rank "
+                                "sends the same 2(N-1)/N of the model"}
+        fail(title, f"predicted {predicted_bytes:,} bytes", f"rank 0 really sent {sent:,} per step: "
+             + why.get(predicted_bytes, "sum 2(N-1)/N of each bucket's bytes"))
+    print(f"{title}: ✓ {_count(buckets, 'bucket')} and {sent:,} bytes from rank 0 per step, as the real run measured")

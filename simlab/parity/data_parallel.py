@@ -156,3 +156,29 @@ def run_ddp(world_size: int, steps: int = 5, global_batch: int = 16, bucket_cap_
         hidden_seconds=sum(h for h, _ in later) / len(later),  # per step, mean over ranks
         exposed_seconds=sum(e for _, e in later) / len(later), allreduce=allreduce,
         **({"torch_losses": mean("torch_losses"), "max_abs_diff_vs_torch_ddp": vs_torch} if compare_torch else {}))
+
+
+# ---------------------------------------------------------------- the explorer's real run
+
+REAL_MAX_RANKS = 4  # what a laptop runs in a few seconds (and the lesson's machine: 2 cores)
+
+
+def run_dp_and_ddp(world_size: int, bucket_cap_mb: float, model_bytes: int, steps: int = 3,
+                   global_batch: int = 48, timeout: float = 60.0) -> dict:
+    """Lesson 2's explorer, for real: DP and our DDP (with torch's DDP beside it) on the tiny MLP.
+
+    The explorer's model (`model_bytes`) is far too big for a CPU run, so the cap is scaled to hold the
+    same share of the tiny model that `bucket_cap_mb` holds of the big one. 48 samples split over 1-4 ranks.
+    """
+    if type(world_size) is int and world_size > REAL_MAX_RANKS:  # the simulator goes to 16, processes don't
+        raise ValueError(f"world_size={world_size}: the real run starts at most {REAL_MAX_RANKS} processes here")
+    check_int("world_size", world_size, 1, REAL_MAX_RANKS)
+    check_positive("bucket_cap_mb", bucket_cap_mb)
+    check_int("model_bytes", model_bytes, 1)
+    tiny_bytes = 4 * sum(p.numel() for p in make_mlp(TINY_MLP, 0).parameters())  # fp32
+    cap_mb = bucket_cap_mb * tiny_bytes / model_bytes
+    ddp = run_ddp(world_size, steps=steps, global_batch=global_batch, bucket_cap_mb=cap_mb, timeout=timeout)
+    dp = run_dp(world_size, steps=steps, global_batch=global_batch)
+    return {"ddp": ddp, "dp": dp, "world_size": world_size, "global_batch": global_batch, "steps": steps,
+            "real_cap_mb": cap_mb, "real_model_bytes": tiny_bytes, "bucket_cap_mb": bucket_cap_mb,
+            "model_bytes": model_bytes}

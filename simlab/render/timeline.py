@@ -50,6 +50,7 @@ STYLE = {
 ALL_REDUCE_SHADES = ("#d62728", "#f08a8b")  # alternate, so neighbouring buckets stay apart
 LANES = ("compute", "comm")
 LANE_HEIGHT = 0.42  # each device's row is 1 high: two lanes and a small gap
+FONT = 10  # points; shown at 100 px per inch (figure_image) that is ≥ 10 px, legible everywhere
 _BUCKET = re.compile(r"^all-reduce b(\d+)$")
 
 
@@ -80,10 +81,10 @@ def _symbol(event) -> str:
 
 def _label(event, span: float) -> str | None:
     """The event's name if the bar can hold it, else its last word ('bwd L3' -> 'L3'), else None.
-    At font size 7 about 120 characters fill the time axis of a 10-inch-wide figure."""
+    At FONT points about 85 characters fill the time axis of a 10-inch-wide figure."""
     name = event.name or event.kind
     for text in (name, name.split(" ")[-1]):
-        if (len(text) + 1) * span / 120 <= event.end - event.start:
+        if (len(text) + 1) * span / 85 <= event.end - event.start:
             return text
     return None
 
@@ -116,27 +117,33 @@ def draw_lanes(trace, world_size: int, ax=None, title: str | None = None, span: 
         label = _label(e, span) if len(trace) <= 300 else None
         if label:
             ax.text((e.start - t0 + width / 2) * scale, y + LANE_HEIGHT / 2, label,
-                    ha="center", va="center", fontsize=7, color="white", clip_on=True)
+                    ha="center", va="center", fontsize=FONT, color="white", clip_on=True)
     centres = [r - 0.45 + LANE_HEIGHT / 2 + k * (LANE_HEIGHT + 0.06)
                for r in range(world_size) for k in (0, 1)]
-    ax.set_yticks(centres, [f"r{r} {lane}" for r in range(world_size) for lane in LANES], fontsize=8)
+    ax.set_yticks(centres, [f"r{r} {lane}" for r in range(world_size) for lane in LANES], fontsize=FONT)
     for r in range(1, world_size):  # a thin rule between devices
         ax.axhline(r - 0.5, color="#cccccc", linewidth=0.6)
     ax.set_xlim(0, span * scale)
     ax.set_ylim(world_size - 0.5, -0.5)  # device 0 on top, as in the tables
     ax.set_xlabel(f"time ({unit})")
     used = list(dict.fromkeys(_category(e) for e in sorted(trace, key=lambda e: e.start)))
-    ax.legend(handles=[Patch(color=STYLE[c][1], label=STYLE[c][2]) for c in used], fontsize=8,
+    # outside the axes, right of them: a legend never covers a bar or its label
+    ax.legend(handles=[Patch(color=STYLE[c][1], label=STYLE[c][2]) for c in used], fontsize=FONT,
               loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    ax.tick_params(labelsize=FONT)
     ax.spines[["top", "right"]].set_visible(False)
     if title:
-        ax.set_title(title, fontsize=10, loc="left")
+        ax.set_title(title, fontsize=FONT + 1, loc="left")
     return ax.figure
 
 
 def _row_inches(world_size: int) -> float:
     """Height of one device's two lanes: roomy for a few devices, compact for many."""
     return 0.75 if world_size <= 4 else 0.5
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"  # "1 bucket", "3 buckets"
 
 
 def _mib(nbytes: int) -> str:
@@ -154,14 +161,15 @@ def draw_dp_vs_ddp(dp_result, ddp_result):
     moved = [s + r for s, r in zip(dp_result.bytes_sent, dp_result.bytes_received)]
     others = f", every other device {_mib(max(moved[1:]))}" if n_dp > 1 else ""
     draw_lanes(dp_result.trace, n_dp, ax=ax_dp, span=span,
-               title=f"DP (nn.DataParallel): step {_fmt(dp_result.step_seconds)}; "
+               title=f"DP (nn.DataParallel, star model): step {_fmt(dp_result.step_seconds)}; "
                      f"device 0 moves {_mib(moved[0])}{others}")
     draw_lanes(ddp_result.trace, n_ddp, ax=ax_ddp, span=span,
                title=f"DDP: step {_fmt(ddp_result.step_seconds)}; all-reduce "
-                     f"{_fmt(ddp_result.comm_seconds)} in {len(ddp_result.buckets)} buckets: "
+                     f"{_fmt(ddp_result.comm_seconds)} in {_count(len(ddp_result.buckets), 'bucket')}: "
                      f"{_fmt(ddp_result.hidden_seconds)} hidden behind backward, "
                      f"{_fmt(ddp_result.exposed_seconds)} exposed")
     ax_dp.set_xlabel("")
+    ax_dp.tick_params(labelbottom=True)  # sharex hides them: both panels keep readable times
     return fig
 
 
@@ -206,7 +214,7 @@ def draw_sim_vs_real(sim_trace, real_trace, rank: int = 0, step: int = 1, title:
     scale, unit = _time_unit(span)
     rows = [("simulated compute", sim, "compute"), ("real compute", real, "compute"),
             ("simulated comm", sim, "comm"), ("real comm", real, "comm")]
-    ax = _new_ax(None, (10, 2.6))
+    ax = _new_ax(None, (10, 3.0))
     for y, (label, events, lane) in enumerate(rows):
         for e in (e for e in events if lane_of(e) == lane):
             filled = label.startswith("real")
@@ -214,11 +222,12 @@ def draw_sim_vs_real(sim_trace, real_trace, rank: int = 0, step: int = 1, title:
                                    facecolor=_color(e) if filled else "none", edgecolor=_color(e),
                                    linewidth=0.8 if filled else 1.4, hatch=None if filled else "///",
                                    gid=label))
-    ax.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=8)
+    ax.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=FONT)
+    ax.tick_params(labelsize=FONT)
     ax.set_xlim(0, span * scale)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlabel(f"time ({unit}) from the start of step {step}")
     ax.spines[["top", "right"]].set_visible(False)
     ax.set_title(title or f"rank {rank}: simulator fitted to the run (outlined) vs measured (filled)",
-                 fontsize=10, loc="left")
+                 fontsize=FONT + 1, loc="left")
     return ax.figure

@@ -8,6 +8,19 @@ the same all-reduces in the same order (the ranks' collectives would mismatch ot
 
 The simulator and the real executor (`simlab.exec.data_parallel`) use these very functions.
 
+How torch's own DDP differs (torch 2.13: `torch/nn/parallel/distributed.py`, `_BucketCapacityConfig`
+and `_ddp_init_helper`; `torch/csrc/distributed/c10d/reducer.cpp`, `compute_bucket_assignment_by_size`
+and `Reducer::rebuild_buckets`; checked on a real run, `_get_ddp_logging_data()`):
+- `bucket_cap_mb` is in MiB (`int(bucket_cap_mb * 1024 * 1024)` bytes), 25 by default.
+- A torch bucket closes once it *reaches* its limit (`bucket.size >= limit`, after adding the
+  parameter), so it may overshoot by its last parameter; ours never exceeds the cap unless one
+  parameter alone does. The two rules can differ (`torch_rule_buckets` is torch's; the exercise
+  grades ours): the lesson's default scene gets 3 buckets from ours and 2 from torch's.
+- The first iteration (default `find_unused_parameters=False`) uses one bucket for everything (limit
+  `sys.maxsize`): the declaration order may not be the backward order. After that backward, the
+  buckets are rebuilt in the order the gradients became ready, with the first bucket capped at 1 MiB
+  (`_DEFAULT_FIRST_BUCKET_BYTES`; in 2.13 only while `bucket_cap_mb` is left at its default).
+
     >>> assign_buckets([400, 400, 400, 400, 2000], cap_bytes=1000)  # param 4 is the last layer
     [[4], [3, 2], [1, 0]]
 """
@@ -33,6 +46,23 @@ def assign_buckets(param_nbytes: list[int], cap_bytes: int) -> list[list[int]]:
     if current:
         buckets.append(current)
     return buckets
+
+
+def torch_rule_buckets(param_nbytes: list[int], cap_bytes: int, first_cap_bytes: int | None = None,
+                       order=None) -> list[list[int]]:
+    """torch's rule (`compute_bucket_assignment_by_size`): add the parameter, then close the bucket once
+    it holds >= its limit; the first bucket's limit is `first_cap_bytes` (torch's rebuilt buckets: 1 MiB
+    with the default cap). `order`: the gradient-ready order (default: reverse, as at a rebuild)."""
+    check_int("cap_bytes", cap_bytes, 1)
+    limit = check_int("first_cap_bytes", first_cap_bytes, 1) if first_cap_bytes is not None else cap_bytes
+    buckets, current, used = [], [], 0
+    for index in (reversed(range(len(param_nbytes))) if order is None else order):
+        current.append(index)
+        used += check_int(f"param_nbytes[{index}]", param_nbytes[index], 0)
+        if used >= limit:  # after adding: the parameter that crosses the limit stays in this bucket
+            buckets.append(current)
+            current, used, limit = [], 0, cap_bytes
+    return buckets + ([current] if current else [])
 
 
 class BucketReadiness:

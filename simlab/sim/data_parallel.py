@@ -4,7 +4,8 @@ Teaches:
 - **DP** is one process driving N devices with threads: one machine only, and the threads share
   Python's GIL (left out of this model). Every step device 0 scatters the inputs, copies the whole
   model to every other device, gathers the outputs, computes the loss, scatters the output gradients
-  and sums every gradient back: device 0 moves (N-1)× what any other device moves.
+  and sums every gradient back: device 0 moves (N-1)× what any other device moves. (A star with
+  device 0 at the centre and a link per device: the course's model, not how CUDA routes the copies.)
 - **DDP** runs one process per device (no shared GIL). Each rank keeps its own copy of the model,
   so the only exchange is one all-reduce of the gradients. It is cut into buckets that start while
   backward is still running, so part of the communication is *hidden* behind compute.
@@ -35,6 +36,8 @@ from .cost import DEFAULT_ALPHA, DEFAULT_BANDWIDTH, busiest_link_bytes, ring_all
 
 MIB = 1 << 20
 DEFAULT_LAYERS = (1 * MIB, 4 * MIB, 4 * MIB, 4 * MIB, 1 * MIB)  # params per layer: 56 MiB in fp32
+DEFAULT_MPARAMS = sum(DEFAULT_LAYERS) / 1e6  # 14.680064: the explorer's knob starts exactly here
+TIE_TOLERANCE = 5e-3  # step times within 0.5 % show the same in a 3-digit table: call it a tie
 DEFAULT_FLOPS = 50e12  # flop/s one device sustains
 UPDATE_SECONDS_PER_PARAM = 1e-11  # the optimizer is memory-bound: ~32 B per param at ~3 TB/s
 LOSS_SECONDS_PER_BYTE = 1e-12  # the loss reads the outputs once, at ~1 TB/s
@@ -227,14 +230,14 @@ def _hub(rec: _Phases, name: str, start: float, piece: int, to_hub: bool) -> flo
     return rec.comm(name, start, seconds, sent, recv, hub=0)
 
 
-def _check_workload(w) -> Workload:
+def _check_workload(w) -> None:
     if not isinstance(w, Workload):
         raise ValueError(f"w={w!r}: must be a Workload (workload_from_layers, scaled_workload)")
-    return w
 
 
 def simulate_dp(w: Workload) -> StepResult:
-    """One step of `nn.DataParallel`: nine phases in a row, every transfer through device 0."""
+    """One `nn.DataParallel` step in the course's star model: nine phases in a row, each transfer between
+    device 0 and another device (the GIL and per-step Python work are left out)."""
     _check_workload(w)
     rec, m, everyone = _Phases(w), w.micro_batch, range(w.world_size)
     t = _hub(rec, "scatter inputs", 0.0, m * w.input_bytes, to_hub=False)
@@ -275,6 +278,12 @@ def simulate_ddp(w: Workload) -> StepResult:
     return rec.result("ddp", hidden, buckets)
 
 
+def _faster(dp_seconds: float, ddp_seconds: float) -> str:
+    """'DP', 'DDP' or 'tie': one device, or equal to the precision shown, has no winner."""
+    tie = math.isclose(dp_seconds, ddp_seconds, rel_tol=TIE_TOLERANCE)
+    return "tie" if tie else "DDP" if ddp_seconds < dp_seconds else "DP"
+
+
 def compare(w: Workload) -> dict:
     """The numbers a lesson widget shows: step times, device 0's traffic, DDP's overlap."""
     _check_workload(w)
@@ -283,7 +292,7 @@ def compare(w: Workload) -> dict:
     return {"world_size": w.world_size, "model_bytes": w.model_bytes,
             "dp_step_seconds": dp.step_seconds, "ddp_step_seconds": ddp.step_seconds,
             "speedup": dp.step_seconds / ddp.step_seconds if ddp.step_seconds else 1.0,
-            "faster": "DDP" if ddp.step_seconds < dp.step_seconds else "DP",
+            "faster": _faster(dp.step_seconds, ddp.step_seconds),
             "dp_device0_bytes": moved[0], "dp_max_other_bytes": max(moved[1:], default=0),
             "ddp_max_rank_bytes": max(s + r for s, r in zip(ddp.bytes_sent, ddp.bytes_received)),
             "ddp_buckets": len(ddp.buckets), "ddp_comm_seconds": ddp.comm_seconds,

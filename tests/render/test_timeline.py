@@ -141,3 +141,36 @@ def test_sim_vs_real_draws_four_rows_for_one_rank():
     assert gids.count("simulated compute") == gids.count("real compute") == sum(e.kind == "compute" for e in mine)
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == [
         "simulated compute", "real compute", "simulated comm", "real comm"]
+
+
+def _texts(fig):
+    """Every piece of text matplotlib will draw: titles, tick labels, axis labels, legends, bar labels."""
+    from matplotlib.text import Text
+    return [t for t in fig.findobj(Text) if t.get_visible() and t.get_text()]
+
+
+def test_every_text_is_at_least_10_points_and_the_legend_sits_beside_the_bars():
+    from simlab.render.timeline import draw_sim_vs_real
+    dp, ddp = simulate_dp(W), simulate_ddp(W)
+    real = [dataclasses.replace(e, step=1) for e in ddp.trace]
+    for fig in (draw_dp_vs_ddp(dp, ddp), draw_lanes(ddp.trace, 4), draw_sim_vs_real(ddp.trace, real)):
+        fig.canvas.draw()
+        small = [(t.get_text(), t.get_fontsize()) for t in _texts(fig) if t.get_fontsize() < 10]
+        assert small == []  # shown at 100 px per inch, 10 pt is ~14 px
+        for ax in fig.axes:
+            legend = ax.get_legend()
+            if legend is not None:  # a legend over the axes would cover bars and their labels
+                box, axes_box = legend.get_window_extent(), ax.get_window_extent()
+                assert box.x0 >= axes_box.x1 - 1
+
+
+def test_both_dp_ddp_panels_show_their_times_and_counts_are_singular_when_one():
+    fig = draw_dp_vs_ddp(simulate_dp(W), simulate_ddp(W))
+    fig.canvas.draw()
+    for ax in fig.axes:  # sharex hid the upper panel's numbers: ticks without labels read as no scale
+        labels = [t.get_text() for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+        assert len(labels) >= 3
+    one = W.replace(bucket_cap_mb=1000.0)
+    title = draw_dp_vs_ddp(simulate_dp(one), simulate_ddp(one)).axes[1].get_title(loc="left")
+    assert "in 1 bucket:" in title and "1 buckets" not in title
+    assert "star model" in fig.axes[0].get_title(loc="left")  # the course's model, labelled as such

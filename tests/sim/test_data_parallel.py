@@ -223,3 +223,68 @@ def test_invalid_workload_names_the_parameter(changes, message):
         Workload(**{**valid, **changes})
     with pytest.raises(ValueError, match=r"^flops_per_second=0: must be a positive number$"):
         workload_from_layers(flops_per_second=0)
+
+
+# ---------------------------------------------------------------- ties, torch's bucket rule, the lesson's text
+
+def test_one_device_is_a_tie_not_a_win():
+    from simlab.sim.data_parallel import scaled_workload
+    c = compare(scaled_workload(1, 14.680064))
+    assert c["dp_step_seconds"] == c["ddp_step_seconds"]  # nothing to exchange either way
+    assert c["faster"] == "tie"
+    assert compare(workload_from_layers())["faster"] == "DDP" and compare(HIGH_LATENCY)["faster"] == "DP"
+
+
+def test_the_explorer_default_is_exactly_the_lessons_default_scene():
+    from simlab.sim.data_parallel import DEFAULT_MPARAMS, scaled_workload
+    assert scaled_workload(4, DEFAULT_MPARAMS) == workload_from_layers(world_size=4)
+    assert scaled_workload(4, 14.7) != workload_from_layers(world_size=4)  # why the knob is not "14.7"
+
+
+def _torch_ddp_buckets(rank, world_size, cap_mb):
+    """Worker: torch's own DDP on 6 Linear(512, 512); its buckets before and after the rebuild."""
+    import torch
+    from torch import nn
+    model = nn.Sequential(*[nn.Linear(512, 512) for _ in range(6)])
+    ddp = nn.parallel.DistributedDataParallel(model, **({} if cap_mb is None else {"bucket_cap_mb": cap_mb}))
+    seen = []
+    for _ in range(3):
+        ddp(torch.ones(2, 512)).sum().backward()
+        data = ddp._get_ddp_logging_data()
+        seen.append((data.get("bucket_sizes"), data.get("rebuilt_per_bucket_param_indices")))
+    del ddp
+    return seen
+
+
+@pytest.mark.parametrize("cap_mb", [None, 2.0])
+def test_torch_rule_buckets_match_torchs_real_ddp(cap_mb):
+    """The facts lesson 2 states, on torch itself: one bucket first, then rebuilt buckets that close once
+    they reach the cap (1 MiB for the first with the default cap)."""
+    from simlab.exec.launch import launch
+    from simlab.sim.buckets import torch_rule_buckets
+    seen = launch(_torch_ddp_buckets, 1, cap_mb, backend="gloo", timeout=60)[0]
+    sizes = [4 * 512 * 512, 4 * 512] * 6
+    assert seen[0][0] == str(sum(sizes))  # the first iteration: every parameter in one bucket
+    cap = (25 if cap_mb is None else cap_mb) * MIB
+    want = torch_rule_buckets(sizes, int(cap), MIB if cap_mb is None else None)
+    rebuilt = [[int(i) for i in b.split()] for b in seen[-1][1].split(", ")]
+    assert rebuilt == want
+    assert len(want) == (2 if cap_mb is None else 3)
+    assert assign_buckets(sizes, int(cap)) != want  # simlab's rule is not torch's: the lesson says so
+
+
+def test_lesson_text_matches_the_simulator():
+    """Numbers the lesson's prose states, recomputed: if the model changes, this fails before the text lies."""
+    import json
+    import pathlib
+    cells = json.loads((pathlib.Path(__file__).parents[2] / "notebooks/02_data_parallel.ipynb").read_text())["cells"]
+    prose = " ".join(" ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown").split())
+    w = workload_from_layers(world_size=4)
+    assert f"{sum(w.layer_params) / 1e6:.1f} M parameters ({w.model_bytes // MIB} MiB in fp32)" in prose
+    assert f"global batch of {w.global_batch} on {w.world_size} devices" in prose
+    assert f"links of {w.bandwidth / 1e9:g} GB/s" in prose
+    dp, slow = simulate_dp(HIGH_LATENCY), simulate_ddp(HIGH_LATENCY)
+    n = HIGH_LATENCY.world_size
+    assert f"{len(slow.buckets)} buckets × {2 * (n - 1)} × 100 µs" in prose
+    assert len(slow.buckets) * 2 * (n - 1) * HIGH_LATENCY.alpha > dp.step_seconds  # "more than DP's whole step"
+    assert f"torch's default is {simulate_ddp(w).workload.bucket_cap_mb:g} MiB" in prose
