@@ -8,7 +8,14 @@ rank's output, dX (the ranks' slices side by side), dW (the shards side by side)
 unsplit layer within 1e-5, and the collectives counted by torch's CommDebugMode — exactly one all-reduce
 in forward (g) and none in backward (g's backward is the identity).
 
+Two predict-then-run checks graded against a real `run_tp(**MLP_RUN)` (answers committed before it runs):
+- `check_split_choice`: the split of A and B for GeLU(X·A)·B and the all-reduces forward and backward per MLP,
+  against the simulator's plan (`split_forward`, `block_steps`) and the collectives the real run counted.
+- `check_forward_bytes`: the bytes each rank sends in one forward, against the bytes the real run's ranks
+  all-reduced (its trace's forward events: the real tensors' sizes, ring-accounted).
+
 As in every `simlab.grading` module: one stable line, ✓ or ✗ naming the case; a failure raises AssertionError.
+A prediction left as None (the exercise's stub) raises NotImplementedError, like an unwritten answer.
 """
 from __future__ import annotations
 
@@ -124,3 +131,92 @@ def check_row_parallel_linear(layer_cls, seed: int = 0) -> None:
             fail(TITLE, case, problem)
     print(f"{TITLE}: ✓ TP sizes 1, 2, 4 on real processes: output, dX, dW and db equal nn.Linear's "
           "within 1e-5; one all-reduce forward (g), none backward")
+
+
+# ---------------------------------------------------------------- predict, then run (the real MLP run)
+
+MLP_RUN = {"world_size": 4, "block": "mlp", "batch": 2, "seq": 4, "hidden": 8, "ffn": 32}  # run_tp(**MLP_RUN); ffn = 4h
+ITEMSIZE = 4  # run_tp runs fp32
+
+
+def _unanswered(*answers) -> None:
+    if any(answer is None for answer in answers):
+        raise NotImplementedError("exercise: write your prediction in the cell above")
+
+
+def _real_mlp_run(title: str, real) -> None:
+    """Fail unless `real` is the result of run_tp(**MLP_RUN), equal to one process."""
+    from ..sim.tensor_parallel import block_steps
+    m = MLP_RUN
+    plan = block_steps("mlp", m["world_size"], m["batch"] * m["seq"], m["hidden"], m["ffn"], itemsize=ITEMSIZE)
+    ran = real.get("plan") if isinstance(real, dict) else None  # the plan run_tp ran, as plain dicts
+    if ran is None or [{**s, "bytes_sent": tuple(s["bytes_sent"])} for s in ran] != [vars(s) for s in plan]:
+        fail(title, "real run", "pass the result of run_tp(**MLP_RUN), run after your prediction")
+    if real["max_abs_diff_vs_reference"] > TOL:
+        fail(title, "real run", f"the real run differs from one process by {real['max_abs_diff_vs_reference']:.3g}")
+
+
+def check_split_choice(a_split, b_split, forward, backward, real) -> None:
+    """Grade the choice of splits for GeLU(X·A)·B and its all-reduces per MLP (forward, backward)."""
+    from ..sim.tensor_parallel import KINDS
+    from ..sim.tensor_parallel_choices import mlp_inputs, split_error
+    title, n = "MLP split", MLP_RUN["world_size"]
+    _unanswered(a_split, b_split, forward, backward)
+    _real_mlp_run(title, real)
+    if a_split not in KINDS or b_split not in KINDS:
+        fail(title, "split", f"a_split={a_split!r}, b_split={b_split!r}: each must be 'column' or 'row'")
+    if a_split == "row":
+        err = split_error("row", b_split, n, *mlp_inputs())
+        fail(title, "A by rows", "each rank then holds a partial sum of X·A, and GeLU of a partial sum is not "
+             f"the sum of GeLUs (the explorer's MLP on {n} ranks is off by {err:.3g}): X·A, 4× the size of Z, would have to be "
+             "summed before GeLU")
+    if b_split == "column":
+        fail(title, "B by columns", "exact, but every rank then needs all of GeLU(X·A): an all-gather of the "
+             "(tokens, 4h) activation between A and B and another of Z; B by rows takes each rank's column "
+             "block of GeLU(X·A) as it is")
+    for phase, said in (("forward", forward), ("backward", backward)):
+        counted, planned = real[f"allreduce_calls_{phase}"], real[f"plan_allreduce_calls_{phase}"]
+        if said != counted or said != planned:
+            why = {("forward", 0): "each rank's Z is a partial sum over its block of ffn: g must add them",
+                   ("forward", 2): "f is the identity in forward (X is already whole on every rank): only g "
+                                   "all-reduces, once",
+                   ("backward", 0): "each rank's dX = dU_r·A_rᵀ covers only its slice of A: f must add them",
+                   ("backward", 2): "g's backward is the identity (dZ is already whole on every rank): only f "
+                                    "all-reduces, once"}.get((phase, said), "one g forward, one f backward")
+            fail(title, f"{phase} all-reduces", f"you said {said!r}; the plan has {planned} and the real run on "
+                 f"{n} processes counted {counted}: {why}")
+    print(f"{title}: ✓ A by columns, B by rows: no communication between A and B; {forward} all-reduce forward "
+          f"(g) and {backward} backward (f), as the plan and the real run on {n} processes counted")
+
+
+def forward_bytes_sent(real) -> list[int]:
+    """Bytes each rank sent in the real run's forward: its trace's forward collectives."""
+    sent = [0] * real["world_size"]
+    for event in real["trace"]:
+        if event.name.startswith("forward"):
+            sent[event.rank] += event.nbytes
+    return sent
+
+
+def check_forward_bytes(predicted, real) -> None:
+    """Grade the predicted bytes each rank sends in one forward of the TP MLP against the real run's."""
+    title, m = "forward bytes", MLP_RUN
+    _unanswered(predicted)
+    _real_mlp_run(title, real)
+    n, z = m["world_size"], m["batch"] * m["seq"] * m["hidden"] * ITEMSIZE  # Z (b·s, h) fp32, in bytes
+    measured = forward_bytes_sent(real)
+    if not isinstance(predicted, int) or isinstance(predicted, bool):
+        fail(title, "prediction", f"predicted={predicted!r}: give a whole number of bytes (an int)")
+    if predicted != measured[0]:
+        inner = m["batch"] * m["seq"] * m["ffn"] * ITEMSIZE
+        why = {z: "that is Z's own size; on a ring each rank sends (N−1)/N of it in the reduce-scatter and "
+                  "again in the all-gather: 2(N−1)/N·Z",
+               2 * z: "2·Z is the all-reduce's bound for large N; with N ranks each sends 2(N−1)/N·Z",
+               2 * measured[0]: "that counts backward too: f's all-reduce of dX runs in backward, not forward",
+               2 * (n - 1) * inner // n: "only Z (b·s, h) crosses the network: GeLU(X·A) (b·s, ffn) stays on "
+                                         "its rank"}.get(predicted, "the forward's only collective is g's "
+                                                                   "all-reduce of Z (b·s, h), fp32")
+        fail(title, "bytes per rank", f"you said {predicted:,}; the real run's ranks sent {measured} in forward: "
+             f"{why}")
+    print(f"{title}: ✓ {predicted:,} B per rank = 2(N−1)/N × Z's {z:,} B with N = {n}: the real run's ranks "
+          f"sent {measured} in forward")

@@ -9,6 +9,11 @@ and sets them next to `simlab.sim.tensor_parallel.block_steps`. With `compare_to
 `parallelize_module` with ColwiseParallel / RowwiseParallel on a device mesh of the run's device type
 (CPU + gloo, or CUDA + NCCL), same weights.
 
+`run_tp_split("row", "row", 4)` is the split explorer's real run: GeLU(X·A)·B (no biases, fp32, the
+explorer's seeded matrices) with any choice of splits, forward only, once with the collectives the choice
+needs and once with the tempting shortcut (no sync before GeLU); both against one process and against the
+simulator's `split_forward`, the collectives in the order they ran beside the simulator's.
+
     python -c "from simlab.parity.tensor_parallel import run_tp; print(run_tp(4, 'attention'))"
 """
 from __future__ import annotations
@@ -24,8 +29,9 @@ from torch import nn
 from .._checks import check_bool, check_choice, check_divisible, check_int
 from ..exec.launch import device, launch
 from ..exec.models import make_block, make_input
-from ..exec.tensor_parallel import ParallelMLP, ParallelSelfAttention
-from ..sim.tensor_parallel import block_steps, bytes_per_rank, count_collectives
+from ..exec.tensor_parallel import CommStats, ParallelMLP, ParallelSelfAttention
+from ..sim.tensor_parallel import block_steps, bytes_per_rank, count_collectives, ring_bytes_sent
+from ..sim.tensor_parallel_choices import mlp_inputs, split_forward
 from ..trace import merge
 from .common import check_run, max_abs_diff, result
 
@@ -156,3 +162,85 @@ def run_tp(world_size: int = 4, block: str = "mlp", batch: int = 2, seq: int = 4
         plan_bytes_sent_per_rank=bytes_per_rank(plan),
         plan=[asdict(step) for step in plan],  # plain dicts: the CLI prints it as JSON
         **({"torch_calls": ranks[0]["torch_calls"]} if compare_torch else {}))
+
+
+# ---------------------------------------------------------------- any split of GeLU(X·A)·B, forward only
+
+def _collective(op: str, t: torch.Tensor, stats: CommStats, where: str) -> torch.Tensor:
+    """One forward collective along the last dim, counted under `where`: all-reduce (…, k) → (…, k),
+    reduce-scatter (…, k) → this rank's block (…, k/N), all-gather (…, k) → (…, N·k)."""
+    n, start = stats.world_size, stats.rec.now()
+    if op == "all-reduce":
+        out = t.clone()  # summed in place: never into the tensor we were given
+        dist.all_reduce(out)
+    elif op == "reduce-scatter":  # blocks of the last dim stacked on dim 0, as reduce_scatter_single wants
+        out = torch.empty(*t.shape[:-1], t.shape[-1] // n, dtype=t.dtype, device=t.device)
+        blocks = torch.stack(t.chunk(n, dim=-1))  # (N, …, k/N): rank i's block at [i]
+        dist.reduce_scatter_single(out, blocks.reshape(-1, *out.shape[1:]))  # (N·t, k/N) → (t, k/N)
+    else:
+        parts = [torch.empty_like(t) for _ in range(n)]
+        dist.all_gather(parts, t.contiguous())
+        out = torch.cat(parts, dim=-1)
+    stats.record(where, op, t.numel() * (n if op == "all-gather" else 1), t.element_size(), start)
+    return out
+
+
+def split_mlp_forward(a_split: str, b_split: str, x, a, b, stats: CommStats, sync: bool = True):
+    """This rank's Z (t, h) of GeLU(X·A)·B split as chosen: `split_forward`'s steps on real collectives."""
+    n, r, gelu = stats.world_size, stats.rank, lambda u: torch.nn.functional.gelu(u, approximate="tanh")
+    f, h = (slice(r * k // n, (r + 1) * k // n) for k in (a.shape[1], a.shape[0]))  # own ffn / hidden block
+    owns_block = a_split == "column" or b_split == "row"
+    if a_split == "column":
+        u = x @ a[:, f]  # (t, ffn/N): whole values
+    else:
+        u = x[:, h] @ a[h, :]  # (t, ffn): a partial sum
+        if sync:
+            u = _collective("reduce-scatter" if owns_block else "all-reduce", u, stats, "before GeLU")
+        elif owns_block:
+            u = u[:, f]  # the shortcut: its own block of its own partial sum
+    y = gelu(u)
+    if b_split == "row":
+        return _collective("all-reduce", y @ b[f, :], stats, "g, after B" if a_split == "column" else "after B")
+    if owns_block:
+        y = _collective("all-gather", y, stats, "between A and B")  # (t, ffn)
+    return _collective("all-gather", y @ b[:, h], stats, "after B")  # (t, h/N) → (t, h)
+
+
+def split_worker(rank: int, world_size: int, a_split: str, b_split: str, seed: int) -> dict:
+    x, a, b = (torch.from_numpy(m).float().to(device()) for m in mlp_inputs(seed))  # the explorer's, fp32
+    runs = {}
+    for sync in (True, False):
+        stats = CommStats()
+        z = split_mlp_forward(a_split, b_split, x, a, b, stats, sync)
+        runs[sync] = {"z": z.cpu(), "calls": [e.name for e in stats.rec.events], "bytes_sent": stats.bytes_sent,
+                      "events": stats.rec.events}
+    return {"runs": runs, "backend": dist.get_backend()}
+
+
+def run_tp_split(a_split: str = "column", b_split: str = "row", world_size: int = 4, seed: int = 0,
+                 backend: str = "auto", timeout: float = 60.0) -> dict:
+    """The explorer's choice on `world_size` real processes, with its collectives and with the shortcut."""
+    backend = check_run(world_size, backend, timeout, seed)
+    x, a, b = mlp_inputs(seed)
+    for name, value in (("a_split", a_split), ("b_split", b_split)):
+        check_choice(name, value, ("column", "row"))
+    for name, size in (("hidden", a.shape[0]), ("ffn", a.shape[1])):  # every choice cuts one of them
+        check_divisible(name, size, "world_size", world_size)
+    sim, plan = split_forward(a_split, b_split, world_size, x, a, b)  # refuses bad choices before launching
+    sim_short, _ = split_forward(a_split, b_split, world_size, x, a, b, sync=False)
+    x32, a32, b32 = (torch.from_numpy(m).float().double() for m in (x, a, b))  # what the ranks hold, in fp64
+    ref = torch.nn.functional.gelu(x32 @ a32, approximate="tanh") @ b32  # one process, unsplit
+    ranks = launch(split_worker, world_size, a_split, b_split, seed, backend=backend, timeout=timeout)
+    synced, short = ([r["runs"][s] for r in ranks] for s in (True, False))
+    diff = lambda runs, want: max(max_abs_diff(r["z"], want) for r in runs)  # noqa: E731  every rank's Z
+    return result(
+        world_size=world_size, backend=ranks[0]["backend"], trace=merge(r["events"] for r in synced),
+        bytes_sent_per_rank=[r["bytes_sent"] for r in synced], max_abs_diff_vs_reference=diff(synced, ref),
+        max_abs_diff_vs_torch=None, why_no_torch="torch's TP plans have Megatron's split only (see run_tp)",
+        a_split=a_split, b_split=b_split, collectives=synced[0]["calls"],
+        plan_collectives=[f"{where} {op}" for where, op, _ in plan],
+        plan_bytes_sent_per_rank=[sum(ring_bytes_sent(op, world_size, numel, 4)[r] for _, op, numel in plan)
+                                  for r in range(world_size)],
+        max_abs_diff_vs_simulation=max(diff(synced, torch.from_numpy(sim)), diff(short, torch.from_numpy(sim_short))),
+        shortcut_error=diff(short, ref), shortcut_collectives=short[0]["calls"],
+        shortcut_trace=merge(r["events"] for r in short))

@@ -55,7 +55,7 @@ def _grid(ax, x0: float, top: float, shape, who, label: str, cell: float) -> flo
             color, gid = _style(who(i, j))
             ax.add_patch(Rectangle((x0 + j * cell, top - (i + 1) * cell), cell, cell, facecolor=color,
                                    edgecolor="white", linewidth=0.5, gid=f"{label.split()[0]} {gid}"))
-    ax.text(x0 + cols * cell / 2, top + 0.1, label, ha="center", va="bottom", fontsize=9)
+    ax.text(x0 + cols * cell / 2, top + 0.1, label, ha="center", va="bottom", fontsize=10)
     return x0 + cols * cell
 
 
@@ -68,8 +68,8 @@ def _legend(ax, ranks: int, extra: dict) -> None:
     from matplotlib.patches import Patch
     handles = [Patch(facecolor=rank_color(r), label=f"rank {r}") for r in range(ranks)]
     handles += [Patch(facecolor=c, label=name) for name, c in extra.items()]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(handles), 6),
-              fontsize=8, frameon=False)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=min(len(handles), 5),
+              fontsize=10, frameon=False)
 
 
 def draw_split(split, ax=None):
@@ -96,27 +96,31 @@ def draw_split(split, ax=None):
     ax.set_ylim(-max(row_h, b * cell + parts_h) - 0.2, 0.6)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(f"{plan.kind}-parallel on {plan.ranks} ranks: combine by {COMBINE[plan.kind]}", fontsize=10)
+    ax.set_title(f"{plan.kind}-parallel on {plan.ranks} rank{'s' * (plan.ranks != 1)}: combine by {COMBINE[plan.kind]}", fontsize=10)
     _legend(ax, plan.ranks, {"every rank": SHARED_COLOR} if col else {"sum of partials": SUM_COLOR})
     return ax.figure
 
 
-def draw_mlp_shards(a_split: str, b_split: str, ranks: int, hidden: int, ffn: int, ax=None, title=None):
-    """A (hidden, ffn) and B (ffn, hidden) of GeLU(X·A)·B, each cell in the colour of the rank holding it."""
+def draw_mlp_shards(a_split: str, b_split: str, ranks: int, hidden: int, ffn: int, ax=None, title=None,
+                    footer: str | None = None):
+    """A (hidden, ffn) and B (ffn, hidden) of GeLU(X·A)·B, each cell in the colour of the rank holding it;
+    `footer` (e.g. the real run's counts) goes under the legend, in green."""
     plans = [shard_plan(a_split, ranks, (hidden, ffn)), shard_plan(b_split, ranks, (ffn, hidden))]
-    cell = min(0.25, 5.0 / max(hidden, ffn))
-    ax = _new_ax(ax, (1.5 + 1.4 * (hidden + ffn) * cell + 1.0, 1.2 + 1.4 * max(hidden, ffn) * cell))
-    x = 0.0
-    for name, plan in zip("AB", plans):
-        x = _grid(ax, x, 0, plan.shape, lambda i, j, p=plan: shard_owner(p, i, j),
-                  f"{name} by {plan.kind}s {plan.shape}", cell)
-        x = _sign(ax, x + 0.1, -min(hidden, ffn) * cell / 2, "GeLU →" if name == "A" else "") + 0.3
-    ax.set_xlim(-0.2, x)
+    cell = min(0.25, 4.0 / max(hidden, ffn))  # inches: the longer matrix side ≤ 4 in (400 px as shown)
+    ax = _new_ax(ax, (1.6 + (hidden + ffn) * cell + 0.8, 1.5 + max(hidden, ffn) * cell))
+    x = _grid(ax, 0.0, 0, plans[0].shape, lambda i, j: shard_owner(plans[0], i, j),
+              f"A by {plans[0].kind}s {plans[0].shape}", cell)
+    ax.text(x + 0.6, -min(hidden, ffn) * cell / 2, "GeLU →", ha="center", va="center", fontsize=12)
+    x = _grid(ax, x + 1.2, 0, plans[1].shape, lambda i, j: shard_owner(plans[1], i, j),  # 1.2 in: room for "GeLU →"
+              f"B by {plans[1].kind}s {plans[1].shape}", cell)
+    ax.set_xlim(-0.2, x + 0.2)
     ax.set_ylim(-max(hidden, ffn) * cell - 0.2, 0.6)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(title or f"GeLU(X·A)·B on {ranks} ranks", fontsize=10)
+    ax.set_title(title or f"GeLU(X·A)·B on {ranks} rank{'s' * (ranks != 1)}", fontsize=10)
     _legend(ax, ranks, {})
+    if footer:
+        ax.figure.supxlabel(footer, fontsize=10, color="#2ca02c", gid="real")  # constrained layout makes room
     return ax.figure
 
 
@@ -150,7 +154,7 @@ def draw_tp_steps(steps, current: int | None = None, real: dict | None = None, a
         ax.add_patch(FancyBboxPatch((x, y - 0.35), 5.0, 0.7, boxstyle="round,pad=0.02", gid=f"step-{kind}",
                                     facecolor=STEP_COLOR[kind], edgecolor="black" if i == current else "#999999",
                                     linewidth=2.5 if i == current else 0.8))
-        ax.text(x + 2.5, y, _box_label(s), ha="center", va="center", fontsize=8,
+        ax.text(x + 2.5, y, _box_label(s), ha="center", va="center", fontsize=10,
                 fontweight="bold" if kind == "comm" else "normal")
     for order, sign in ((fwd, -1), (bwd, 1)):
         for a, b in zip(order, order[1:]):  # the direction the data flows
@@ -161,9 +165,10 @@ def draw_tp_steps(steps, current: int | None = None, real: dict | None = None, a
     ax.text(2.5, 0.55, "forward ↓", ha="center", fontsize=10, fontweight="bold")
     ax.text(8.5, 0.55, "backward ↑", ha="center", fontsize=10, fontweight="bold")
     if real is not None:
-        ax.text(5.5, -rows + 0.2, real_counts_line(real), ha="center", va="top", fontsize=9, color="#2ca02c")
+        ax.text(5.5, -rows + 0.2, real_counts_line(real).replace("; ", ";\n", 1), ha="center", va="top",
+                fontsize=10, color="#2ca02c", gid="real")
     ax.set_xlim(-0.2, 11.2)
-    ax.set_ylim(-rows - 0.3, 0.9)
+    ax.set_ylim(-rows - (0.9 if real is not None else 0.3), 0.9)
     ax.axis("off")
     ax.set_title(title or "f and g: one all-reduce forward (g), one backward (f)", fontsize=10)
     return ax.figure
@@ -171,7 +176,8 @@ def draw_tp_steps(steps, current: int | None = None, real: dict | None = None, a
 
 def real_counts_line(real: dict) -> str:
     """The real run's counted all-reduces and bytes beside the plan's (both numbers from `run_tp`)."""
-    return (f"real run, {real['world_size']} processes: forward all-reduce ×{real['allreduce_calls_forward']} "
+    procs = f"{real['world_size']} process" + ("es" if real["world_size"] != 1 else "")
+    return (f"real run, {procs}: forward all-reduce ×{real['allreduce_calls_forward']} "
             f"(plan {real['plan_allreduce_calls_forward']}), backward ×{real['allreduce_calls_backward']} "
             f"(plan {real['plan_allreduce_calls_backward']}); bytes sent per rank {real['bytes_sent_per_rank']} "
             f"(plan {real['plan_bytes_sent_per_rank']})")

@@ -160,8 +160,10 @@ def block_steps(block: str, ranks: int, tokens: int, hidden: int, inner: int | N
     n, numel = ranks, check_int("tokens", tokens, 1) * check_int("hidden", hidden, 1)
     if block == "mlp":
         ffn = check_divisible("inner", check_int("inner", inner, 1), "ranks", n)
-        work = [f"Y_r = GeLU(X·A_r) ({tokens}, {ffn // n})", f"Z_r = Y_r·B_r ({tokens}, {hidden}) partial",
-                "dY_r = (dZ·B_rᵀ)⊙GeLU'(X·A_r), dB_r = Y_rᵀ·dZ", "dX_r = dY_r·A_rᵀ (partial), dA_r = Xᵀ·dY_r"]
+        # U_r = X·A_r is the pre-activation: the chain rule through GeLU gives its gradient dU_r, not dY_r
+        work = [f"U_r = X·A_r, Y_r = GeLU(U_r) ({tokens}, {ffn // n})",
+                f"Z_r = Y_r·B_r ({tokens}, {hidden}) partial",
+                "dU_r = (dZ·B_rᵀ)⊙GeLU'(U_r), dB_r = Y_rᵀ·dZ", "dX_r = dU_r·A_rᵀ (partial), dA_r = Xᵀ·dU_r"]
     else:
         check_divisible("heads", check_int("heads", heads, 1), "ranks", n)
         check_divisible("hidden", hidden, "heads", heads)

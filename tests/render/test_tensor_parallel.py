@@ -1,7 +1,6 @@
 """Lesson 5's TP pictures and widgets: every coloured cell sits where `shard_plan` puts that rank's slice,
 the explorer's bytes are the ring closed forms and its errors the engines', the step view is `block_steps`
 and its real counts are `run_tp`'s."""
-import ipywidgets as w
 import matplotlib
 import numpy as np
 import pytest
@@ -11,8 +10,9 @@ matplotlib.use("Agg")
 from simlab.parity.tensor_parallel import run_tp  # noqa: E402
 from simlab.render.tensor_parallel import draw_mlp_shards, draw_split, draw_tp_steps, real_counts_line  # noqa: E402
 from simlab.render.tensor_parallel_widgets import (FFN, HIDDEN, TOKENS, mlp_explorer, mlp_inputs, mlp_split_frame,  # noqa: E402
-                                      plan_steps, step_frame, steps_player, steps_text, sync_rows)
-from simlab.sim.tensor_parallel import (COMBINE, block_steps, broken_mlp, bytes_per_rank,  # noqa: E402
+                                                   plan_steps, split_error, step_frame, steps_player, steps_text,
+                                                   sync_rows)
+from simlab.sim.tensor_parallel import (COMBINE, block_steps, bytes_per_rank,  # noqa: E402
                                         count_collectives, shard_plan, split_linear)
 
 X = np.arange(16).reshape(2, 8)  # (b, in)
@@ -86,9 +86,9 @@ def test_other_choices_cost_more_and_row_a_is_wrong(ranks):
                                                    (ranks - 1) * TOKENS * HIDDEN * 4 // ranks]
     assert "exact" in mlp_split_frame("column", "column", ranks, figure=False)[1]
     megatron = sync_rows("column", "row", ranks)[0]["bytes/rank"]
-    error = broken_mlp(ranks, *mlp_inputs()).error
-    assert error > 0.1  # GeLU of partial sums: far off, not rounding
     for b_split in ("column", "row"):
+        error = split_error("row", b_split, ranks, *mlp_inputs())
+        assert error > 0.1  # GeLU of partial sums: far off, not rounding
         rows = sync_rows("row", b_split, ranks)
         # B by rows only needs its own column block of GeLU(X·A): a reduce-scatter; B by columns all of it
         want = {"row": ("reduce-scatter", (ranks - 1) * TOKENS * FFN * 4 // ranks),
@@ -112,7 +112,7 @@ def test_explorer_rejects_bad_knobs(bad):
 
 def test_explorer_widget_redraws_on_a_knob():
     box = mlp_explorer()
-    text, image = box.children[2:]
+    image, text = box.children[2:4]
     assert image.value[:4] == b"\x89PNG" and "exact" in text.value
     box.children[0].children[0].value = "row"  # A by rows
     assert "WRONG" in text.value
@@ -145,9 +145,61 @@ def test_real_run_counts_sit_beside_the_plan():
     assert steps_text(steps, real).endswith(line)
     assert "real run: forward all-reduce ×1" in step_frame(3, steps, real)
     texts = [t.get_text() for t in draw_tp_steps(steps, real=real).axes[0].texts]
-    assert line in texts
-    box = steps_player(steps, real)
-    slider, text = box.children[0].children[1], box.children[1]
-    slider.value = 7
-    assert "backward" in text.value and box.children[2].value[:4] == b"\x89PNG"
-    assert isinstance(box, w.VBox)
+    assert line.replace("; ", ";\n", 1) in texts  # two lines: 10 pt text fits the figure's width
+    player = steps_player(steps, real)
+    player.value = 7
+    assert "backward" in player.captions[player.value] and len(player.frames) == len(steps)
+
+
+# ---------------------------------------------------------------- the lesson's text agrees with its numbers
+
+def lesson_cells():
+    import json
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "05_tensor_parallel.ipynb").read_text())
+    return {c["id"]: c for c in nb["cells"]}
+
+
+def test_tp_or_zero3_text_states_what_the_cell_computes():
+    import re
+
+    from simlab.sim.tensor_parallel_choices import tp_or_zero3
+    cells = lesson_cells()
+    text, code = "".join(cells["ed936032"]["source"]), cells["l5-tp-or-zero3"]
+    kwargs = {k: int(v) for k, v in re.findall(r"(hidden|seq|ranks)=(\d+)", "".join(code["source"]))}
+    assert kwargs == {"hidden": 25600, "seq": 2048, "ranks": 8} and "$h$ = 25600" in text
+    got, n = tp_or_zero3(**kwargs), kwargs["ranks"]
+    assert f"needs {got['whole'] / 1e9:.0f} GB" in text  # "one MLP alone needs 84 GB"
+    assert text.count(f"{got['tp_state'] / 1e9:.1f} GB") == 2  # stored state, and the transient gather
+    assert f"{got['zero3_state'] / 1e9:.1f}" == f"{got['tp_state'] / 1e9:.1f}" == f"{got['zero3_gather'] / 1e9:.1f}"
+    assert f"TP = {n} and ZeRO-3 over {n} GPUs" in text and f"cut {n} ways" in text
+    assert got["zero3_activations"] == n * got["tp_activations"]  # "cut 8 ways"
+    assert f"{n} GPUs mean a global batch of at least {n} sequences" in text
+    assert "twice per MLP per sample" in text and got["tp_sent_per_sample"] == 2 * (
+        2 * (n - 1) * kwargs["seq"] * kwargs["hidden"] * 2 // n)
+    printed = "".join(code["outputs"][0]["text"])
+    assert f"{got['zero3_gather'] / 1e9:.2f} GB" in printed
+    assert f"under {got['zero3_sent_per_step'] / got['tp_sent_per_sample']:.0f} sequences" in printed
+
+
+def test_the_lesson_names_the_pre_activation_gradient_as_the_plan_does():
+    cells = lesson_cells()
+    text = "".join(cells["c18b8c37"]["source"])
+    assert "$U_r = X·A_r$" in text and "$dU_r = (dZ·B_r^T)⊙\\mathrm{GeLU}'(U_r)$" in text
+    printed = "".join(cells["a032af59"]["outputs"][0]["text"])
+    assert printed.strip() == steps_text(block_steps("mlp", 4, tokens=8, hidden=8, inner=16, itemsize=4)).strip()
+    assert "dY_r" not in json_dump(cells)
+
+
+def json_dump(cells) -> str:
+    import json
+    return json.dumps(cells, ensure_ascii=False)
+
+
+def test_the_primer_paragraph_matches_the_split_choices():
+    """'no concat between A and B' for Megatron's pair; the column-column choice is the one that concatenates."""
+    text = " ".join("".join(lesson_cells()["c3981c71"]["source"]).split())  # line breaks are not the claim
+    assert "concatenated, then redistributed" in text and "never concatenated" in text
+    assert [r["collective"] for r in sync_rows("column", "row", 4)] == ["all-reduce"]
+    assert sync_rows("column", "column", 4)[0]["where"] == "between A and B"
+    assert sync_rows("column", "column", 4)[0]["collective"] == "all-gather"

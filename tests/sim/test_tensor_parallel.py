@@ -197,3 +197,70 @@ def test_closed_form_uses_ring_not_naive():
     # the naive "send everything to a root" would put (N-1)·buffer on the root; the ring spreads 2(N-1)/N
     steps = layer_comm(8, 1, 8, 8, itemsize=4)
     assert max(bytes_per_rank(steps)) == 4 * math.floor(2 * 7 / 8 * 64 * 4)
+
+
+# ---------------------------------------------------------------- names, split choices, TP or ZeRO-3
+
+def test_mlp_backward_names_the_pre_activation_gradient():
+    """(dZ·B_rᵀ)⊙GeLU'(U_r) is the gradient of U_r = X·A_r (GeLU's input), not of Y_r = GeLU(U_r)."""
+    steps = block_steps("mlp", 2, tokens=3, hidden=4, inner=8)
+    text = " | ".join(s.compute for s in steps)
+    assert "U_r = X·A_r, Y_r = GeLU(U_r)" in text and "dU_r = (dZ·B_rᵀ)⊙GeLU'(U_r)" in text
+    assert "dX_r = dU_r·A_rᵀ" in text and "dA_r = Xᵀ·dU_r" in text and "dY_r" not in text
+    # autograd on one rank's block: the formula is U's gradient and differs from Y's
+    x, a, b, dz = (torch.tensor(floats(*shape, seed=k)) for k, shape in enumerate([(3, 4), (4, 4), (4, 4), (3, 4)]))
+    u = (x @ a).requires_grad_(True)
+    y = torch.nn.functional.gelu(u, approximate="tanh")
+    y.retain_grad()
+    (y @ b).backward(dz)
+    eps = 1e-6  # GeLU' by central differences of the simulator's own gelu, independent of autograd
+    slope = torch.tensor((gelu(u.detach().numpy() + eps) - gelu(u.detach().numpy() - eps)) / (2 * eps))
+    formula = (dz @ b.T) * slope
+    assert torch.allclose(u.grad, formula, atol=1e-6) and not torch.allclose(y.grad, formula, atol=1e-3)
+    assert torch.allclose(y.grad, dz @ b.T)
+
+
+CHOICES = [(a, b) for a in ("column", "row") for b in ("column", "row")]
+
+
+@pytest.mark.parametrize("a_split, b_split", CHOICES)
+@pytest.mark.parametrize("ranks", [1, 2, 4, 8])
+def test_split_forward_runs_each_choices_collectives_and_is_exact(a_split, b_split, ranks):
+    from simlab.sim.tensor_parallel_choices import SYNCS, mlp_inputs, split_error, split_forward
+    x, a, b = mlp_inputs(seed=3)
+    z, done = split_forward(a_split, b_split, ranks, x, a, b)
+    assert [(where, op) for where, op, _ in done] == [(where, op) for where, op, _, _ in SYNCS[a_split, b_split]]
+    assert np.abs(z - gelu(x @ a) @ b).max() < 1e-12
+    shortcut = split_error(a_split, b_split, ranks, x, a, b)
+    assert (shortcut > 0.1) == (a_split == "row" and ranks > 1)  # only A by rows has a sync to skip
+
+
+def test_the_shortcut_is_gelu_of_each_ranks_partial_sum():
+    """Hand-built on 2 ranks: A by rows, no sum before GeLU, the rest of each choice as planned."""
+    from simlab.sim.tensor_parallel_choices import mlp_inputs, split_forward
+    x, a, b = mlp_inputs(seed=1)
+    u = [x[:, :4] @ a[:4], x[:, 4:] @ a[4:]]  # each rank's partial X·A (t, ffn)
+    row_row = gelu(u[0][:, :16]) @ b[:16] + gelu(u[1][:, 16:]) @ b[16:]  # own block of own partial
+    row_col = np.concatenate([gelu(u[0]) @ b[:, :4], gelu(u[1]) @ b[:, 4:]], axis=1)
+    assert np.allclose(split_forward("row", "row", 2, x, a, b, sync=False)[0], row_row, atol=1e-12)
+    assert np.allclose(split_forward("row", "column", 2, x, a, b, sync=False)[0], row_col, atol=1e-12)
+
+
+def test_split_trace_holds_each_collectives_ring_bytes():
+    from simlab.sim.tensor_parallel_choices import TOKENS, split_trace
+    trace = split_trace("row", "row", 4)
+    assert trace.bytes_sent_per_rank(4) == [0] * 4  # comm events, not sends: bytes are on the events
+    per_rank = [sum(e.nbytes for e in trace.for_rank(r)) for r in range(4)]
+    # reduce-scatter of (t, 32) then all-reduce of (t, 8), fp32: (N-1)/N·t·32·4 + 2(N-1)/N·t·8·4
+    assert per_rank == [3 * TOKENS * 32 * 4 // 4 + 2 * 3 * TOKENS * 8 * 4 // 4] * 4
+
+
+@pytest.mark.parametrize("hidden, seq, ranks", [(25600, 2048, 8), (12288, 4096, 4)])
+def test_tp_or_zero3_closed_forms(hidden, seq, ranks):
+    from simlab.sim.tensor_parallel_choices import tp_or_zero3
+    got, p = tp_or_zero3(hidden, seq, ranks), 8 * hidden * hidden
+    assert got["whole"] == 16 * p and got["tp_state"] == got["zero3_state"] == 16 * p // ranks
+    assert got["zero3_gather"] == 2 * p  # one MLP's fp16 weights, not the model's
+    assert got["zero3_activations"] == 2 * seq * 4 * hidden * 2 == ranks * got["tp_activations"]
+    assert got["tp_sent_per_sample"] == 2 * 2 * (ranks - 1) * seq * hidden * 2 // ranks  # two ring all-reduces
+    assert got["zero3_sent_per_step"] == (ranks - 1) * (p // ranks) * (2 + 2 + 2)  # AG, AG (fp16), RS (fp16)
