@@ -10,7 +10,7 @@ from simlab.parity.common import result
 from simlab.parity.data_parallel import run_ddp, run_dp
 from simlab.parity.hybrid import run_hybrid
 from simlab.parity.pipeline import run_pipeline
-from simlab.parity.tensor_parallel import run_tp
+from simlab.parity.tensor_parallel import run_tp, run_tp_split
 from simlab.parity.zero import run_zero
 from simlab.trace import Trace
 
@@ -21,9 +21,10 @@ RUNS = {  # each run with small, fast arguments on 2 ranks
     "zero": lambda **kw: run_zero(2, steps=1, global_batch=4, **kw),
     "pipeline": lambda **kw: run_pipeline("gpipe", microbatches=2, global_batch=4, **kw),
     "tensor_parallel": lambda **kw: run_tp(**kw),
+    "tensor_parallel_split": lambda **kw: run_tp_split("row", "column", **kw),  # lesson 5's explorer, any split
     "hybrid": lambda **kw: run_hybrid(dp=2, pp=1, tp=1, steps=1, **kw),
 }
-FUNCTIONS = [run_collective, run_dp, run_ddp, run_zero, run_pipeline, run_tp, run_hybrid]
+FUNCTIONS = [run_collective, run_dp, run_ddp, run_zero, run_pipeline, run_tp, run_tp_split, run_hybrid]
 
 
 @pytest.mark.parametrize("fn", FUNCTIONS, ids=lambda f: f.__name__)
@@ -43,7 +44,8 @@ def test_core_keys(name):
     assert len(sent) == 2 and all(isinstance(b, int) and b > 0 for b in sent)
     if res["max_abs_diff_vs_torch"] is None:  # only where torch has nothing to compare with here
         why = res["why_no_torch"]
-        assert (name == "dp" and "GPUs" in why) or (name == "hybrid" and "in lessons 2-5" in why), why
+        assert (name == "dp" and "GPUs" in why) or (name == "hybrid" and "in lessons 2-5" in why) or (
+            name == "tensor_parallel_split" and "Megatron's split only" in why), why
     else:
         assert res["max_abs_diff_vs_torch"] <= 1e-5 and "why_no_torch" not in res
 
