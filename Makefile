@@ -2,32 +2,55 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-# CPU build on machines without an NVIDIA GPU; any CUDA build >= 2.4 where `nvidia-smi -L` finds one.
+# tools/setup_torch.py picks the build: the CPU one from PyTorch's CPU index on Linux without an NVIDIA GPU
+# (PyPI's Linux wheel is the multi-GB CUDA build), PyPI's wheel on macOS and Windows, any CUDA build >= 2.4
+# where `nvidia-smi -L` finds a GPU.
 TORCH_CPU ?= torch==2.13.0
 TORCH_GPU ?= torch>=2.4
+TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+# Flags for `jupyter lab`, e.g. make lab LAB_ARGS="--no-browser --ip=0.0.0.0 --port=8888"
+LAB_ARGS ?=
 NBVAL_PATHS := notebooks solutions
+# setuptools' notice for flat-layout editable installs ("Editable installation … be careful with folders
+# in your working directory"): informational, but a banner of asterisks in the middle of set-up.
+QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
+# browser_tests/ run only under `make test-browser`: they need chromium and playwright.
+TEST_PATHS := tests simlab
 
-.PHONY: setup lab test test-fast bench gpu-check exercises notebooks clean
+.PHONY: setup lab work-reset test test-fast test-browser bench bench-browser gpu-check exercises notebooks clean
 
-$(BIN)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	if nvidia-smi -L >/dev/null 2>&1; then $(BIN)/pip install --quiet "$(TORCH_GPU)"; \
-	else $(BIN)/pip install --quiet "$(TORCH_CPU)"; fi
-	$(BIN)/pip install --quiet -e ".[dev]"
-	$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
-	touch $@
+$(BIN)/.installed: pyproject.toml tools/setup_torch.py
+	@echo "setting up $(VENV) (the first time takes a few minutes)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(BIN)/python tools/setup_torch.py --cpu "$(TORCH_CPU)" --gpu "$(TORCH_GPU)" --cpu-index "$(TORCH_CPU_INDEX)"
+	@$(QUIET_EDITABLE) $(BIN)/python -m pip install --quiet -e ".[dev]"
+	@$(BIN)/python -m ipykernel install --sys-prefix --name python3 >/dev/null
+	@touch $@
 
 setup: $(BIN)/.installed
 
+# Opens work/, your copy of the course (git-ignored; tools/learner_copy.py fills it, never overwrites it).
 lab: setup
-	$(BIN)/jupyter lab notebooks/01_collectives.ipynb
+	@$(BIN)/python tools/lab.py $(LAB_ARGS)
+
+# make work-reset LESSON=03: move work/'s copies of lesson 03 aside and copy them afresh from the repository
+work-reset:
+	@$(PYTHON) tools/learner_copy.py --reset "$(LESSON)"
 
 test: setup
-	$(BIN)/python -m pytest tests simlab $(NBVAL_PATHS) --nbval -p no:cacheprovider
+	$(BIN)/python -m pytest $(TEST_PATHS) $(NBVAL_PATHS) --nbval -p no:cacheprovider
 
 test-fast: setup
-	$(BIN)/python -m pytest tests simlab -x -q -m "not slow"
+	$(BIN)/python -m pytest $(TEST_PATHS) -x -q -m "not slow"
+
+$(BIN)/.browser-installed: $(BIN)/.installed
+	@$(QUIET_EDITABLE) $(BIN)/python -m pip install --quiet -e ".[browser]"
+	@touch $@
+
+# JupyterLab in headless chromium (Debian's /usr/bin/chromium, driven by playwright; never `playwright install`)
+test-browser: setup $(BIN)/.browser-installed
+	$(BIN)/python -m pytest browser_tests -p no:cacheprovider -q
 
 bench: setup
 	$(BIN)/python benchmarks/collectives.py
@@ -38,6 +61,9 @@ bench: setup
 	$(BIN)/python benchmarks/tensor_parallel.py
 	$(BIN)/python benchmarks/advisor.py
 	$(BIN)/python benchmarks/hybrid.py
+
+bench-browser: setup $(BIN)/.browser-installed
+	$(BIN)/python benchmarks/browser.py
 
 # every lesson's parity on NCCL and ZeRO's CUDA memory vs the model (needs NVIDIA GPUs; prints a table)
 gpu-check: setup
