@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 
 OPS = ("reduce", "copy")  # what the receiver does with a chunk: add it in, or overwrite with it
+OP_SIGN = {"reduce": "(+=)", "copy": "(=)"}  # how a transfer's op prints, everywhere one is printed
 
 
 def split_sizes(numel: int, parts: int) -> tuple[int, ...]:
@@ -56,8 +57,13 @@ class Transfer:
             raise ValueError(f"op={self.op!r}: must be one of {OPS}")
 
     def __str__(self) -> str:
-        verb = "+=" if self.op == "reduce" else "->"
-        return f"r{self.src} {verb} r{self.dst}: chunk {self.chunk} ({self.nbytes} B)"
+        """'r0 → r1 (+=) chunk 3 (8 B)': the arrow is the direction, the bracket what dst does with it.
+
+        >>> for t in (Transfer(0, 0, 1, 3, 8, "reduce"), Transfer(4, 2, 3, 1, 8)): print(t)
+        r0 → r1 (+=) chunk 3 (8 B)
+        r2 → r3 (=) chunk 1 (8 B)
+        """
+        return f"r{self.src} → r{self.dst} {OP_SIGN[self.op]} chunk {self.chunk} ({self.nbytes} B)"
 
 
 @dataclass(frozen=True)

@@ -92,3 +92,55 @@ def check_plan_runs_for_real(plan_fn, world_size: int = 4, numel: int = 10) -> N
     if diff != 0.0 or not same:
         fail(title, f"numel={numel}", f"max |ours - torch all_gather| = {diff}, trace matches simulator: {same}")
     print(f"{title}: ✓ equals torch all_gather exactly; every transfer matches the simulator")
+
+
+# ---- predict, then run: the bytes one rank sends in a real ring all-reduce ---------------------
+
+def _bytes_mistake(predicted, n: int, nbytes: int, measured: int) -> str | None:
+    """Why `predicted` is not what a rank of an n-rank ring all-reduce of `nbytes` sent (None: it is).
+    Each known wrong answer gets its own reason; `measured` is the real run's count."""
+    if isinstance(predicted, bool) or not isinstance(predicted, (int, float)) or predicted != predicted:
+        return f"expected a number of bytes, got {predicted!r}"
+    if predicted == measured:
+        return None
+    chunk, ring = nbytes // n, 2 * (n - 1) * nbytes // n
+    why = [  # (wrong answer, what it counts); where two coincide (N=4: 2·ring = (N−1)·S) both are said
+        (nbytes, f"{nbytes} B = S is one whole buffer: what a non-root rank of the naive star sends, "
+                 f"not a ring rank, which sends one chunk of S/N = {chunk} B per step"),
+        ((n - 1) * chunk, f"{(n - 1) * chunk} B = (N−1)/N·S is only the reduce-scatter half; the all-gather "
+                          f"half sends another N−1 chunks of {chunk} B"),
+        (2 * ring, f"{2 * ring} B counts bytes sent plus bytes received; the question asks what rank 2 sends"),
+        ((n - 1) * nbytes, f"{(n - 1) * nbytes} B = (N−1)·S is what the naive star's root sends, not a ring rank"),
+        (2 * nbytes, f"{2 * nbytes} B = 2S would be the whole buffer out twice; the ring sends 2(N−1) chunks "
+                     f"of S/N, i.e. 2(N−1)/N·S"),
+        (chunk, f"{chunk} B = S/N is what one step sends; the ring takes 2(N−1) = {2 * (n - 1)} steps"),
+    ]
+    reasons = [reason for wrong, reason in why if predicted == wrong]
+    if reasons:
+        return "; or ".join(reasons)
+    if predicted == ring:  # the closed form, but the real run sent something else: say so, never hide it
+        return f"2(N−1)/N·S = {ring} B is right in theory, but the real run sent {measured} B: rerun it"
+    return (f"the real rank sent {measured} B: 2(N−1) = {2 * (n - 1)} steps of one {chunk} B chunk each, "
+            f"2(N−1)/N·S")
+
+
+def check_bytes_prediction(predicted, result, rank: int = 2) -> None:
+    """Grade a prediction of what `rank` sends in a ring all-reduce against a REAL run's measured bytes
+    (`result` = `run_collective("ring-all-reduce", ...)`), with the reason a wrong answer is wrong."""
+    title = "predicted bytes sent"
+    if predicted is Ellipsis:  # the exercise's placeholder: not answered yet, like a stub
+        raise NotImplementedError("exercise: write your prediction (a number of bytes) in the cell above")
+    if not isinstance(result, dict) or result.get("name") != "ring-all-reduce":
+        fail(title, "result", "pass what run_collective('ring-all-reduce', ...) returned")
+    n, nbytes = result["world_size"], result["plan"].nbytes
+    if not 0 <= rank < n:
+        fail(title, f"rank={rank}", f"the run has ranks 0..{n - 1}")
+    if len(set(result["plan"].chunk_sizes)) > 1:  # the reasons below speak of chunks of exactly S/N
+        fail(title, f"S = {nbytes} B", f"run a buffer that splits evenly into {n} chunks")
+    measured = result["bytes_sent_per_rank"][rank]  # counted by the real rank's recorder, not simulated
+    case = f"rank {rank} of {n}, S = {nbytes} B"
+    problem = _bytes_mistake(predicted, n, nbytes, measured)
+    if problem:
+        fail(title, case, f"you said {predicted!r}: {problem}")
+    closed = " = 2(N−1)/N·S" if measured == 2 * (n - 1) * nbytes // n else ""
+    print(f"{title}: ✓ {case}: rank {rank} really sent {measured} B{closed}, as you predicted")

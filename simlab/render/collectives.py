@@ -1,11 +1,10 @@
-"""Lesson 1's step player: Play button + slider that walk through a collective, step by step.
+"""Lesson 1's widgets: the ring player, the simulated | real player with a verdict per step, and the
+ring lab (N and size knobs, a button that runs the shown ring on N real processes).
 
-Shows the simulated step and, when a real run is given, the real step next to it with a visible
-per-step verdict (``match ✓`` / ``match ✗``). The verdicts come from the engine
-(`simlab.sim.stepper.steps_match`); this module only displays them.
-
-The content of each frame comes from pure helpers, so tests (and curious learners) can check it
-without a browser: `player_frame(k, ...)` gives the text, `player_figure(k, ...)` the picture.
+Players are `frame_player`s: every step is drawn once, here, and stepped in the browser. What a frame
+shows comes from pure helpers, so tests (and curious learners) can check it without a browser:
+`player_frame(k, ...)` gives the text, `player_figure(k, ...)` the picture. The verdicts come from the
+engine (`simlab.sim.stepper.steps_match`); this module only displays them.
 
     >>> from simlab.sim.collectives import ring_all_reduce
     >>> from simlab.sim.stepper import simulate
@@ -16,13 +15,15 @@ without a browser: `player_frame(k, ...)` gives the text, `player_figure(k, ...)
 """
 from __future__ import annotations
 
-import html
+from ..sim.collectives import power_inputs, ring_all_reduce
+from ..sim.stepper import simulate, step_matches, steps_match
+from .mpl import MIN_FONT, RING_FIGSIZE, draw_ring_step, ring_legend_handles
+from .text import MATCH, header, side_by_side_text, step_text
 
-from ..sim.stepper import step_matches, steps_match
-from .mpl import figure_png
-from .text import MATCH, side_by_side_text, step_text
+# ipywidgets and anywidget are imported where a widget is built: drawing and text stay headless
 
 MATCH_COLOR = {True: "#2ca02c", False: "#d62728"}
+PAIR_FIGSIZE = (2 * RING_FIGSIZE[0] - 0.4, RING_FIGSIZE[1])  # two rings, one shared legend: 880 x 520 px
 
 
 def _verdict(k: int, sim_steps, real_steps, verdicts) -> bool:
@@ -35,7 +36,7 @@ def _verdict(k: int, sim_steps, real_steps, verdicts) -> bool:
 
 
 def player_frame(k: int, sim_steps, plan, real_steps=None, verdicts=None, show: str | None = None) -> str:
-    """The text the player shows for step k: one table, or simulated | real with the verdict."""
+    """The text for step k: one table, or simulated | real with the verdict."""
     if real_steps is None:
         return step_text(sim_steps[k], plan, show or "sources")
     real = real_steps[k] if k < len(real_steps) else None
@@ -44,22 +45,25 @@ def player_frame(k: int, sim_steps, plan, real_steps=None, verdicts=None, show: 
 
 
 def player_figure(k: int, sim_steps, plan, real_steps=None, verdicts=None):
-    """The picture for step k: the ring of the simulated step, and of the real one beside it."""
+    """The picture for step k: the simulated ring, and the real one beside it under one legend."""
     from matplotlib.figure import Figure
-    from .mpl import draw_ring_step
     if real_steps is None:
         return draw_ring_step(sim_steps[k], plan)
-    fig = Figure(figsize=(11, 6.6), layout="constrained")
+    fig = Figure(figsize=PAIR_FIGSIZE, layout="constrained")
     sim_ax, real_ax = fig.subplots(1, 2)
-    draw_ring_step(sim_steps[k], plan, ax=sim_ax, title="simulated")
+    draw_ring_step(sim_steps[k], plan, ax=sim_ax, title="simulated", legend=False)
     match = _verdict(k, sim_steps, real_steps, verdicts)
+    shown = [sim_steps[k]]
     if k < len(real_steps):
-        draw_ring_step(real_steps[k], plan, ax=real_ax, title=f"real  ({MATCH[match]})")
+        draw_ring_step(real_steps[k], plan, ax=real_ax, title=f"real  ({MATCH[match]})", legend=False)
         real_ax.title.set_color(MATCH_COLOR[match])  # the verdict is the point of this panel
+        shown.append(real_steps[k])
     else:
         real_ax.axis("off")
-        real_ax.set_title(f"real: no step {k}  ({MATCH[match]})")
-    fig.suptitle(f"step {k}/{len(sim_steps) - 1} of {plan.name}", fontsize=11)
+        real_ax.set_title(f"real: no step {k}  ({MATCH[match]})", fontsize=11)
+    fig.suptitle(header(sim_steps[k], plan), fontsize=11)
+    fig.legend(handles=ring_legend_handles(shown, plan.world_size), loc="outside lower center", ncol=3,
+               fontsize=MIN_FONT, frameon=False, handlelength=1.6)
     return fig
 
 
@@ -69,40 +73,113 @@ def verdict_html(k: int, verdicts) -> str:
     marks = "".join(
         f"<span style='border:1px solid #333;padding:0 2px'>{'✓' if v else '✗'}</span>" if i == k
         else ("✓" if v else "✗") for i, v in enumerate(verdicts))
-    return (f"<b style='color:{MATCH_COLOR[match]};font-size:1.1em'>{MATCH[match]}</b>"
-            f"&nbsp;&nbsp;<span style='font-family:monospace'>{marks}</span>"
-            f"&nbsp;&nbsp;{sum(map(bool, verdicts))}/{len(verdicts)} steps match")
+    return (f"<span style='white-space:nowrap'><b style='color:{MATCH_COLOR[match]};font-size:1.1em'>"
+            f"{MATCH[match]}</b>&nbsp;&nbsp;<span style='font-family:monospace'>{marks}</span>"
+            f"&nbsp;&nbsp;{sum(map(bool, verdicts))}/{len(verdicts)} steps match</span>")
 
 
-def step_player(sim_steps, plan, real_steps=None, verdicts=None, mode: str = "text",
-                interval_ms: int = 900):
-    """Play + slider (linked in the browser with `jslink`) over steps 0..K; returns a VBox.
-
-    mode "text": `player_frame` in a <pre>. mode "plot": `player_figure` as a PNG in an Image
-    widget (unlike an Output widget, an Image needs no live kernel to capture the drawing and
-    keeps its picture when the notebook is saved).
-    """
-    import ipywidgets as w
-    if mode not in ("text", "plot"):
-        raise ValueError(f"mode={mode!r}: must be 'text' or 'plot'")
+def step_player(sim_steps, plan, real_steps=None, verdicts=None, seconds: float = 8.0,
+                hint: str = "▶ run this cell to get the ring player"):
+    """A `frame_player` over steps 0..K: the ring, or simulated | real with the verdict under each step."""
+    from .player import frame_player
     if real_steps is not None and verdicts is None:
         verdicts = steps_match(sim_steps, real_steps)  # the engine decides what "match" means
-    last = len(sim_steps) - 1
-    play = w.Play(value=0, min=0, max=last, step=1, interval=interval_ms, description="play")
-    slider = w.IntSlider(value=0, min=0, max=last, description="step")
-    w.jslink((play, "value"), (slider, "value"))  # Play drives the slider even without a kernel
-    status = w.HTML()
-    view = w.HTML() if mode == "text" else w.Image(format="png")
+    frames = [player_figure(k, sim_steps, plan, real_steps, verdicts) for k in range(len(sim_steps))]
+    captions = None if verdicts is None else [verdict_html(k, verdicts) for k in range(len(sim_steps))]
+    return frame_player(frames, captions=captions, seconds=seconds, hint=hint)
 
-    def show(k: int) -> None:
-        if verdicts is not None:
-            status.value = verdict_html(k, verdicts)
-        if mode == "text":
-            text = player_frame(k, sim_steps, plan, real_steps, verdicts)
-            view.value = f"<pre style='line-height:1.25'>{html.escape(text)}</pre>"
-        else:
-            view.value = figure_png(player_figure(k, sim_steps, plan, real_steps, verdicts))
 
-    slider.observe(lambda change: show(change["new"]), names="value")
-    show(0)
-    return w.VBox([w.HBox([play, slider, status]), view])
+# ---- the ring lab: knobs, the simulated ring, and the same ring on real processes ---------------
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}es" if noun.endswith("s") else f"{count} {noun}s"
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale and nbytes % scale == 0:
+            return f"{nbytes // scale} {unit}"
+    return f"{nbytes} B"
+
+
+def real_run_text(result, sim_steps, verdicts) -> str:
+    """What the real run did, in numbers: steps matching, bytes per rank (real and simulated), torch diff."""
+    n, plan = result["world_size"], result["plan"]
+    return "\n".join([
+        f"{_plural(n, 'process')} ({result['backend']}), ring all-reduce of {_size(plan.nbytes)}: "
+        f"{sum(verdicts)}/{len(verdicts)} steps match the simulation",
+        f"bytes sent per rank   real {result['bytes_sent_per_rank']}   "
+        f"simulated {list(sim_steps[-1].bytes_sent)}",
+        f"max |ours − torch's all_reduce| = {result['max_abs_diff_vs_torch']:g}"])
+
+
+class RingLab:
+    """N and size knobs over the simulated ring all-reduce (rank r brings 2**r, so every chunk's value
+    says whose inputs it holds); the button runs the shown ring on N real processes through `run`,
+    then the player shows simulated | real with the engine's verdict for every step.
+    Displayed as its `panel` (a `Panel`, whose text form is the hint)."""
+
+    def __init__(self, run, world_sizes, sizes, world_size: int, numel: int, hint: str):
+        import ipywidgets as w
+
+        from .controls import Panel, run_control
+        from .player import FramePlayer
+        style = {"description_width": "initial"}
+        # explicit options: the default is one of them, never a value snapped to a grid
+        self.ranks = w.SelectionSlider(options=[(str(k), k) for k in world_sizes], value=world_size,
+                                       description="ranks N", style=style)
+        self.size = w.SelectionSlider(options=[(_size(4 * m), m) for m in sizes], value=numel,
+                                      description="buffer (float32)", style=style)
+        self.player = FramePlayer(hint="")  # its frames come from _simulate, and after a run from _show
+        self.sim_link = w.HTML()
+        self.control = run_control(lambda: run(world_size=self.ranks.value, numel=self.size.value), self._show,
+                                   label="run this ring on N real processes")
+        self._simulate()
+        for knob in (self.ranks, self.size):
+            knob.observe(lambda _: self._simulate(), names="value")
+        self.panel = Panel([w.HBox([self.ranks, self.size]), self.player, self.sim_link, self.control], hint=hint)
+
+    def __repr__(self) -> str:
+        return repr(self.panel)
+
+    def _repr_mimebundle_(self, **kwargs):  # Jupyter shows the panel
+        return self.panel._repr_mimebundle_(**kwargs)
+
+    def _simulate(self) -> None:
+        """Simulate what the knobs show; an earlier real run no longer applies to it."""
+        from .controls import trace_link_html
+        n, numel = self.ranks.value, self.size.value
+        self.plan = ring_all_reduce(n, numel)
+        self.sim = simulate(self.plan, power_inputs(n, numel))
+        self.player.set_frames([player_figure(k, self.sim.steps, self.plan) for k in range(len(self.sim.steps))],
+                               seconds=8.0)
+        self.sim_link.value = trace_link_html(self.sim.trace, f"ring_all_reduce_n{n}_simulated.json")
+        self.control.readout.value, self.control.extra.children = "", ()
+
+    def _show(self, result):
+        """After a real run: simulated | real in the player, the numbers in the readout, the real trace."""
+        from .controls import trace_link
+        if (result["world_size"], result["numel"]) != (self.plan.world_size, self.plan.numel):
+            raise ValueError("the knobs changed while it ran: press the button again")
+        if result.get("inputs") != "powers-of-two":  # else no real value could equal a simulated one
+            raise ValueError("run must use inputs='powers-of-two', as the simulation shown does")
+        verdicts = steps_match(self.sim.steps, result["steps"])
+        frames = [player_figure(k, self.sim.steps, self.plan, result["steps"], verdicts)
+                  for k in range(len(self.sim.steps))]
+        self.player.set_frames(frames, captions=[verdict_html(k, verdicts) for k in range(len(frames))],
+                               seconds=8.0)
+        link = trace_link(result["trace"], f"ring_all_reduce_n{self.plan.world_size}_real.json")
+        return None, real_run_text(result, self.sim.steps, verdicts), [link]
+
+
+def ring_lab(run, *, world_sizes=(2, 3, 4, 5, 6, 8), sizes=(4, 8, 16, 64, 1024, 1 << 18),
+             world_size: int = 4, numel: int = 8, hint: str = "▶ run this cell to get the ring lab") -> RingLab:
+    """The ring lab. `run(world_size=, numel=)` runs the ring all-reduce for real and returns
+    `run_collective`'s result (snapshots on, `inputs="powers-of-two"`); `sizes` are in elements."""
+    for name, value, options in (("world_size", world_size, world_sizes), ("numel", numel, sizes)):
+        if value not in options:
+            raise ValueError(f"{name}={value!r}: must be one of {', '.join(map(str, options))}")
+    return RingLab(run, world_sizes, sizes, world_size, numel, hint)
+
+
+__all__ = ["player_frame", "player_figure", "verdict_html", "step_player", "ring_lab", "real_run_text"]

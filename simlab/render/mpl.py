@@ -22,6 +22,9 @@ OP_STYLE = {"reduce": dict(color="#d62728", linestyle="-"),   # receiver adds th
 KIND_COLOR = {"send": "#ff7f0e", "recv": "#1f77b4", "compute": "#2ca02c"}
 MAX_CHUNK_BOXES = 16  # beyond this the boxes are too small to read: only the nodes are drawn
 RADIUS = 1.0
+MIN_FONT = 10  # points: every word on a figure, shown at DISPLAY_DPI (10 pt = 14 px)
+RING_FIGSIZE = (4.6, 5.2)  # inches: 460 x 520 px as shown, legend included; two side by side fit a page
+LABELLED_RANKS = 8  # more ranks than this: only every k-th node is named, so names never collide
 
 
 def _new_ax(ax, figsize):
@@ -57,12 +60,14 @@ def contribution_color(count: int | None, n: int, held: bool = True):
 
 
 def _sizes(n: int, chunks: int) -> dict:
-    """Node radius, chunk box size and font size that fit n ranks on the circle."""
+    """Node radius, chunk box size and font size that fit n ranks on the circle. The font never drops
+    below MIN_FONT: where words would not fit, fewer are written (`named`, `box_labels`) instead."""
     chord = 2.0 if n == 1 else 2 * RADIUS * math.sin(math.pi / n)  # distance between neighbours
-    node = min(0.13, 0.25 * chord)  # small enough to leave room for the arrows between nodes
-    box = min(0.1, 0.85 * chord / max(chunks, 1))
-    return dict(node=node, box_w=box, box_h=min(0.1, max(box, 0.04)),
-                font=11 if n <= 8 else max(4.0, 11 * 8 / n))
+    node = min(0.16, 0.25 * chord)  # small enough to leave room for the arrows between nodes
+    box = min(0.12, 0.85 * chord / max(chunks, 1))
+    return dict(node=node, box_w=box, box_h=min(0.12, max(box, 0.04)), font=11 if n <= 8 else MIN_FONT,
+                named=max(1, math.ceil(n / LABELLED_RANKS)),  # name rank r when r % named == 0
+                box_labels=box >= 0.11)  # a digit at MIN_FONT needs a box this wide (n <= 6 ranks)
 
 
 def _draw_chunks(ax, step, rank, n, s):
@@ -80,10 +85,10 @@ def _draw_chunks(ax, step, rank, n, s):
         color = contribution_color(len(sources) if sources is not None else None, n, value is not None)
         ax.add_patch(Rectangle((left + c * s["box_w"], bottom), s["box_w"], s["box_h"],
                                facecolor=color, edgecolor="#555555", linewidth=0.6, gid="chunk"))
-        if count <= 8 and n <= 8:  # the chunk index links a box to the arrow labels
+        if s["box_labels"]:  # the chunk index links a box to the arrow labels
             dark = sources is not None and len(sources) > n / 2
             ax.text(left + (c + 0.5) * s["box_w"], bottom + s["box_h"] / 2, str(c), ha="center",
-                    va="center", fontsize=s["font"] * 0.7, color="white" if dark else "#333333")
+                    va="center", fontsize=MIN_FONT, color="white" if dark else "#333333")
     return reach + max(width, s["box_h"]) / 2
 
 
@@ -103,18 +108,19 @@ def _draw_arrow(ax, t, n, s, label: str | None):
         dx, dy = end[0] - start[0], end[1] - start[1]
         mx = (start[0] + end[0]) / 2 + rad / 2 * dy
         my = (start[1] + end[1]) / 2 - rad / 2 * dx
-        ax.text(mx, my, label, ha="center", va="center", fontsize=s["font"] * 0.75,
+        ax.text(mx, my, label, ha="center", va="center", fontsize=MIN_FONT,
                 color=OP_STYLE[t.op]["color"],
                 bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85))
 
 
-def _ring_legend(ax, step, n):
-    """Explain the shades actually used (a real step has no sources) and the arrow styles."""
+def ring_legend_handles(steps, n: int) -> list:
+    """Legend entries for the shades and arrow styles the given steps use (one legend can serve a
+    simulated and a real panel side by side; a real step without sources shows "unknown")."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     def patch(color, label):
         return Patch(facecolor=color, edgecolor="#555555", label=label)
-    cells = [(v, src) for vrow, srow in zip(step.values, step.sources or [None] * n)
+    cells = [(v, src) for step in steps for vrow, srow in zip(step.values, step.sources or [None] * n)
              for v, src in zip(vrow, srow or [None] * len(vrow))]
     handles = [patch(NOT_HELD_COLOR, "not held")]
     if any(src is not None for _, src in cells):
@@ -128,16 +134,22 @@ def _ring_legend(ax, step, n):
     if any(v is not None and src is None for v, src in cells):
         handles.append(patch(UNKNOWN_COLOR, "held (whose inputs: unknown)"))
     names = {"reduce": "send, receiver adds (+=)", "copy": "send, receiver copies (=)"}
-    ops = sorted({t.op for t in step.transfers})
+    ops = sorted({t.op for step in steps for t in step.transfers})
     handles += [Line2D([], [], label=names[op], linewidth=1.4, **OP_STYLE[op]) for op in ops]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=3,
-              fontsize=8, frameon=False, handlelength=1.6)
+    return handles
 
 
-def draw_ring_step(step, plan, ax=None, title=None):
-    """Ranks on a circle with their chunks and this step's transfers; returns the Figure."""
+def _ring_legend(ax, step, n):
+    """Under the ring: two columns, so it is no wider than the ring itself."""
+    ax.legend(handles=ring_legend_handles([step], n), loc="upper center", bbox_to_anchor=(0.5, 0.0),
+              ncol=2, fontsize=MIN_FONT, frameon=False, handlelength=1.6, columnspacing=1.0)
+
+
+def draw_ring_step(step, plan, ax=None, title=None, legend: bool = True):
+    """Ranks on a circle with their chunks and this step's transfers; returns the Figure.
+    `legend=False` leaves the legend to the caller (one `ring_legend_handles` legend for two panels)."""
     from matplotlib.patches import Circle
-    ax = _new_ax(ax, (6, 6.6))
+    ax = _new_ax(ax, RING_FIGSIZE)
     n = plan.world_size
     chunks = len(plan.chunk_sizes)
     s = _sizes(n, chunks)
@@ -147,7 +159,8 @@ def draw_ring_step(step, plan, ax=None, title=None):
         x, y = rank_position(r, n)
         ax.add_patch(Circle((x, y), s["node"], facecolor="white", edgecolor="#333333",
                             linewidth=1.2, zorder=3, gid="rank"))
-        ax.text(x, y, f"r{r}", ha="center", va="center", fontsize=s["font"], zorder=4)
+        if r % s["named"] == 0:
+            ax.text(x, y, f"r{r}", ha="center", va="center", fontsize=s["font"], zorder=4)
         if chunks <= MAX_CHUNK_BOXES:
             extent = max(extent, ring + _draw_chunks(ax, step, r, n, s))
     for t in step.transfers:
@@ -156,14 +169,20 @@ def draw_ring_step(step, plan, ax=None, title=None):
         _draw_arrow(ax, t, n, s, label)
     if chunks > MAX_CHUNK_BOXES:
         ax.text(0, 0, f"{chunks} chunks per rank:\nboxes hidden", ha="center", va="center",
-                fontsize=9, color="#777777")
+                fontsize=MIN_FONT, color="#777777")
     ax.set_xlim(-extent - 0.05, extent + 0.05)
     ax.set_ylim(-extent - 0.05, extent + 0.05)
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(title if title is not None else header(step, plan), fontsize=10)
-    _ring_legend(ax, step, n)
+    ax.set_title(title if title is not None else ring_title(step, plan), fontsize=11)
+    if legend:
+        _ring_legend(ax, step, n)
     return ax.figure
+
+
+def ring_title(step, plan) -> str:
+    """The table's header on two lines, so the title is no wider than the ring."""
+    return header(step, plan).replace(": ", ":\n", 1)
 
 
 def draw_bytes(per_rank_lists: dict, ax=None, optimum: float | None = None):
@@ -172,17 +191,19 @@ def draw_bytes(per_rank_lists: dict, ax=None, optimum: float | None = None):
     names = list(per_rank_lists)
     n = max((len(v) for v in per_rank_lists.values()), default=0)
     width = 0.8 / max(len(names), 1)
-    for i, name in enumerate(names):
-        values = per_rank_lists[name]
-        xs = [r - 0.4 + (i + 0.5) * width for r in range(len(values))]
-        ax.bar(xs, values, width=width, label=name)
+    top = max([v for vs in per_rank_lists.values() for v in vs] + [optimum or 0])
+    scale, unit = next((1 << k, u) for k, u in ((20, "MiB"), (10, "KiB"), (0, "B")) if top >= 1 << k or not k)
+    for i, name in enumerate(names):  # in KiB or MiB: no "1e7" over the axis, no 7-digit labels
+        values = [v / scale for v in per_rank_lists[name]]
+        ax.bar([r - 0.4 + (i + 0.5) * width for r in range(len(values))], values, width=width, label=name)
     if optimum is not None:
-        ax.axhline(optimum, color="black", linestyle=":", linewidth=1.2, label=f"optimum ({optimum:g} B)")
+        ax.axhline(optimum / scale, color="black", linestyle=":", linewidth=1.2,
+                   label=f"optimum ({optimum / scale:.3g} {unit})")
     every = max(1, math.ceil(n / 16))  # at most ~16 tick labels, so they stay legible
     ax.set_xticks(range(0, n, every), [f"r{r}" for r in range(0, n, every)])
     ax.set_xlabel("rank")
-    ax.set_ylabel("bytes sent")
-    ax.legend(fontsize=8, frameon=False)
+    ax.set_ylabel(f"bytes sent ({unit})")
+    ax.legend(fontsize=MIN_FONT, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return ax.figure
 
@@ -225,15 +246,15 @@ def draw_timeline(trace, world_size: int, ax=None, title: str | None = None):
                                edgecolor="white", linewidth=0.5)
     if len(trace) <= 200:  # write on bars wide enough to hold a label: chunk and peer, or 2F0
         for e in trace:
-            if span and e.end - e.start >= span / 18:  # about the width of "c2→r1"
+            if span and e.end - e.start >= span / 13:  # about the width of "c2→r1" at MIN_FONT
                 top, height = lanes.get(e.kind, lanes["compute"])
                 ax.text((e.start - t0 + (e.end - e.start) / 2) * scale, e.rank - 0.4 + top + height / 2,
-                        _bar_label(e), ha="center", va="center", fontsize=7, color="white")
+                        _bar_label(e), ha="center", va="center", fontsize=MIN_FONT, color="white")
     ax.set_yticks(range(world_size), [f"r{r}" for r in range(world_size)])
     ax.set_ylim(world_size - 0.5, -0.5)  # rank 0 on top, as in the tables
     ax.set_xlabel(f"time ({unit})")
     kinds = [k for k in KIND_COLOR if any(e.kind == k for e in trace)]
-    ax.legend(handles=[Patch(color=KIND_COLOR[k], label=k) for k in kinds], fontsize=8,
+    ax.legend(handles=[Patch(color=KIND_COLOR[k], label=k) for k in kinds], fontsize=MIN_FONT,
               loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     if title:

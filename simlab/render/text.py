@@ -15,10 +15,10 @@ and no object ids, so notebooks can compare it character for character (nbval).
     r0  0        0+2      0        8 B   8 B
     r1  1        1        0+1      8 B   8 B
     r2  1+2      2        2        8 B   8 B
-    transfers (+= receiver adds, = receiver overwrites):
-      r0 -> r1  chunk 2  +=  (8 B)
-      r1 -> r2  chunk 0  +=  (8 B)
-      r2 -> r0  chunk 1  +=  (8 B)
+    transfers (sender → receiver; += adds, = overwrites):
+      r0 → r1 (+=) chunk 2 (8 B)
+      r1 → r2 (+=) chunk 0 (8 B)
+      r2 → r0 (+=) chunk 1 (8 B)
     cells: ranks whose inputs are summed in; Σ0..2 = all 3 ranks; · = not held
 """
 from __future__ import annotations
@@ -96,9 +96,8 @@ def header(step, plan) -> str:
 
 
 def transfer_line(t) -> str:
-    """'r0 -> r1  chunk 2  +=  (8 B)': '+=' the receiver adds the chunk in, '=' it overwrites."""
-    verb = "+=" if t.op == "reduce" else "= "
-    return f"r{t.src} -> r{t.dst}  chunk {t.chunk}  {verb}  ({t.nbytes} B)"
+    """'r0 → r1 (+=) chunk 2 (8 B)': `Transfer`'s own text, so a transfer reads the same everywhere."""
+    return str(t)
 
 
 def _align(rows: list[list[str]]) -> list[str]:
@@ -116,7 +115,7 @@ def _block(step, plan, show: str) -> list[str]:
                     + [f"{step.bytes_sent[r]} B", f"{step.bytes_received[r]} B"])
     lines = _align(rows)
     if step.transfers:
-        lines.append("transfers (+= receiver adds, = receiver overwrites):")
+        lines.append("transfers (sender → receiver; += adds, = overwrites):")
         lines += ["  " + transfer_line(t) for t in step.transfers]
     else:
         lines.append("transfers: none yet (the starting state)")
@@ -157,7 +156,7 @@ def side_by_side_text(sim_step, real_step, plan, match: bool, show: str = "value
 def _event_line(src: int, dst: int, chunk, nbytes: int, name: str = "", note: str = "") -> str:
     what = f"chunk {chunk}" if chunk is not None else "buffer"
     extra = "".join(f"  {x}" for x in (name, note) if x)
-    return f"r{src} -> r{dst}  {what}  ({nbytes} B){extra}"
+    return f"r{src} → r{dst} {what} ({nbytes} B){extra}"  # a wire carries no op: no (+=) here
 
 
 def _step_lines(events) -> list[str]:

@@ -158,9 +158,39 @@ def make_inputs(world_size: int, numel: int, seed: int = 0) -> list[np.ndarray]:
 PIECE = 1 << 14
 
 
-def input_pieces(world_size: int, numel: int, seed: int = 0, ranks=None, start: int = 0, stop: int | None = None):
-    """`make_inputs(world_size, numel, seed)[r][start:stop]` for each r in `ranks` (default: all), a piece
-    at a time: yields (offset in the buffer, {rank: int64 array of up to PIECE elements}).
+INPUT_KINDS = ("random", "powers-of-two")
+MAX_POWER_RANKS = 24  # sums of distinct 2**r below 2**24 are exact in float32, what the real runs use
+
+
+def power_inputs(world_size: int, numel: int) -> list[np.ndarray]:
+    """Rank r's buffer holds 2**r in every element, so any sum of distinct ranks' inputs is a bitmask of
+    whose inputs it holds: a real buffer, which knows only values, then says whose inputs are in it.
+    >>> [int(x[0]) for x in power_inputs(3, 2)], power_sources(np.array([5, 5]), 3)
+    ([1, 2, 4], frozenset({0, 2}))
+    """
+    check_int("world_size", world_size, 1, MAX_POWER_RANKS)
+    check_int("numel", numel, 0)
+    return [np.full(numel, 1 << r, np.int64) for r in range(world_size)]
+
+
+def power_sources(values, world_size: int) -> frozenset | None:
+    """Whose inputs a chunk of `power_inputs` sums holds: the bits of its value. None when it is no such
+    sum (elements differ, or out of range), or is empty. A rank added twice would read as another rank
+    (1 + 1 = 2): the runs' verdicts compare values with the simulator's, which catches that."""
+    values = np.asarray(values)
+    if values.size == 0 or not np.all(values == values.flat[0]):
+        return None
+    value = int(values.flat[0])
+    if not 0 < value < 1 << world_size:
+        return None
+    return frozenset(r for r in range(world_size) if value >> r & 1)
+
+
+def input_pieces(world_size: int, numel: int, seed: int = 0, ranks=None, start: int = 0, stop: int | None = None,
+                 kind: str = "random"):
+    """`make_inputs(world_size, numel, seed)[r][start:stop]` (or, kind "powers-of-two", `power_inputs`'s)
+    for each r in `ranks` (default: all), a piece at a time: yields (offset in the buffer,
+    {rank: int64 array of up to PIECE elements}).
 
     Memory stays at one piece per rank however big the buffers. The values are make_inputs' own: the
     generator draws rank 0's buffer, then rank 1's, ..., and drawing k then m values gives the same
@@ -171,6 +201,10 @@ def input_pieces(world_size: int, numel: int, seed: int = 0, ranks=None, start: 
     """
     stop = numel if stop is None else stop
     ranks = sorted(range(world_size) if ranks is None else ranks)
+    if check_choice("kind", kind, INPUT_KINDS) == "powers-of-two":
+        for offset in range(start, stop, PIECE):
+            yield offset, {r: np.full(min(PIECE, stop - offset), 1 << r, np.int64) for r in ranks}
+        return
     rng, position, at = np.random.default_rng(seed), 0, {}
     for r in ranks:
         while position < r * numel + start:  # skip what nobody wants, a piece at a time

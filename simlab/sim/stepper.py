@@ -108,15 +108,17 @@ def expected_final(plan: CollectivePlan, inputs) -> tuple:
     return tuple(tuple(value(srcs, c) for c, srcs in enumerate(row)) for row in expected_sources(plan))
 
 
-def expected_pieces(plan: CollectivePlan, rank: int, seed: int = 0):
-    """`expected_final(plan, make_inputs(n, numel, seed))[rank]`, a piece at a time and never whole:
-    yields (offset in the buffer, int64 array) for every element the rank must end with."""
+def expected_pieces(plan: CollectivePlan, rank: int, seed: int = 0, kind: str = "random"):
+    """`expected_final(plan, make_inputs(n, numel, seed))[rank]` (kind "powers-of-two": of `power_inputs`),
+    a piece at a time and never whole: yields (offset in the buffer, int64 array) for every element the
+    rank must end with."""
     need, offsets = expected_sources(plan)[rank], chunk_offsets(plan.chunk_sizes)
     spans = [(offsets[c], offsets[c] + plan.chunk_sizes[c], sorted(srcs)) for c, srcs in enumerate(need) if srcs]
     if not spans:
         return
     ranks = sorted(set().union(*(srcs for _, _, srcs in spans)))
-    for offset, parts in input_pieces(plan.world_size, plan.numel, seed, ranks, spans[0][0], spans[-1][1]):
+    for offset, parts in input_pieces(plan.world_size, plan.numel, seed, ranks, spans[0][0], spans[-1][1],
+                                      kind):
         end = offset + len(parts[ranks[0]])
         for lo, hi, srcs in spans:  # a piece may straddle chunks with other sources
             lo, hi = max(lo, offset), min(hi, end)

@@ -218,3 +218,35 @@ def test_holdings_start_as_the_plan_says():
     assert C._initially_held(make_plan("tree-broadcast", 4, 8), 1) == set()  # "root", not the root
     assert C._initially_held(make_plan("tree-broadcast", 4, 8), 0) == {0}
     assert C._initially_held(make_plan("ring-all-reduce", 4, 8), 3) == {0, 1, 2, 3}  # "all"
+
+
+# ---- powers-of-two inputs: a real buffer says whose inputs it holds -----------------------------
+
+@pytest.mark.parametrize("name", list(PLANS))
+def test_powers_of_two_real_runs_decode_to_the_simulated_sources(name):
+    """Rank r brings 2**r: every real held chunk decodes to the ranks summed in, and on every step of
+    every collective that is exactly the simulator's contribution set (not just its values)."""
+    res = compare.run_collective(name, world_size=4, numel=7, snapshots=True, inputs="powers-of-two")
+    assert res["matches_simulator"] and res["max_abs_diff_vs_torch"] == 0.0 == res["max_abs_diff_vs_reference"]
+    for sim_step, real_step in zip(res["sim"].steps, res["steps"], strict=True):
+        for r in range(4):
+            for c, want in enumerate(sim_step.sources[r]):
+                if want is not None:  # where the simulator says a rank holds a chunk
+                    assert real_step.sources[r][c] == want, (name, sim_step.index, r, c)
+
+
+def test_a_double_add_is_a_mismatch_even_if_it_decodes():
+    """1 + 1 = 2 decodes as rank 1 alone: the value check, not the decoding, is what judges a run."""
+    res = compare.run_collective("ring-all-reduce", world_size=3, numel=3, snapshots=True, inputs="powers-of-two")
+    step = res["steps"][1]
+    rows = [list(row) for row in step.values]
+    rows[1][0] = rows[1][0] * 2  # pretend rank 1's chunk 0 got its value added twice
+    bad = dataclasses.replace(step, values=tuple(map(tuple, rows)))
+    assert steps_match(res["sim"].steps[1:2], [bad]) == [False]
+
+
+def test_powers_of_two_refuses_rings_it_cannot_encode_exactly(no_launch):
+    with pytest.raises(ValueError, match="world_size=25: inputs='powers-of-two' takes at most 24"):
+        compare.run_collective("ring-all-reduce", world_size=25, numel=25, inputs="powers-of-two")
+    with pytest.raises(ValueError, match="inputs='squares'"):
+        compare.run_collective("ring-all-reduce", world_size=2, numel=2, inputs="squares")

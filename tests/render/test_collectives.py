@@ -1,16 +1,17 @@
-"""Step player: builds with and without a real run, and shows the engine's verdict for each step."""
+"""Step player: a frame player with and without a real run, showing the engine's verdict for each step."""
+import base64
 import dataclasses
 
-import ipywidgets as w
 import matplotlib
 import numpy as np
-import pytest
 
 matplotlib.use("Agg")
 
 from simlab.sim.collectives import ring_all_reduce  # noqa: E402
 from simlab.sim.stepper import simulate  # noqa: E402
 from simlab.render.collectives import player_figure, player_frame, step_player, verdict_html  # noqa: E402
+from simlab.render.mpl import png_size  # noqa: E402
+from simlab.render.player import FramePlayer  # noqa: E402
 
 PLAN = ring_all_reduce(3, 6)
 SIM = simulate(PLAN).steps
@@ -30,38 +31,34 @@ def corrupted(steps, k):
     return out
 
 
-def parts(box):
-    """(play, slider, status, view) out of the player's VBox."""
-    (controls, view) = box.children
-    play, slider, status = controls.children
-    return play, slider, status, view
-
-
-def test_player_without_real_steps():
-    box = step_player(SIM, PLAN)
-    play, slider, status, view = parts(box)
-    assert isinstance(box, w.VBox) and isinstance(play, w.Play) and isinstance(slider, w.IntSlider)
-    assert slider.max == play.max == PLAN.num_steps == len(SIM) - 1
-    assert status.value == "" and "step 0/4 of ring_all_reduce" in view.value
-    slider.value = 2  # what Play does in the browser, through jslink
-    assert "step 2/4" in view.value and "Σ0..2" in view.value
+def test_player_without_real_steps_is_a_frame_player_of_ring_pictures():
+    player = step_player(SIM, PLAN)
+    assert isinstance(player, FramePlayer) and repr(player) == "▶ run this cell to get the ring player"
+    assert player.count == len(SIM) == PLAN.num_steps + 1 and player.captions == []
+    width, height = png_size(base64.b64decode(player.frames[0]))
+    # drawn at 2x for HiDPI; shown at half that: a single ring fits a laptop screen
+    assert player.width_px == round(width / 2) <= 500 and height / 2 <= 700
+    player.value = 2  # what the browser's slider does
+    assert player.value == 2
+    player.value = 99
+    assert player.value == PLAN.num_steps  # clamped to the last step
 
 
 def test_player_with_matching_real_steps():
-    box = step_player(SIM, PLAN, real_steps=real_run(SIM))
-    _, slider, status, view = parts(box)
-    assert "match ✓" in status.value and "5/5 steps match" in status.value
-    assert "simulated" in view.value and "real" in view.value
+    player = step_player(SIM, PLAN, real_steps=real_run(SIM))
+    assert all("match ✓" in c and "5/5 steps match" in c for c in player.captions)
+    width, height = png_size(base64.b64decode(player.frames[0]))
+    assert width / 2 <= 900 and height / 2 <= 700  # simulated | real side by side still fits
 
 
 def test_corrupted_real_step_is_flagged_on_that_step_only():
     real = corrupted(SIM, 3)
     frames = [player_frame(k, SIM, PLAN, real_steps=real) for k in range(len(SIM))]
     assert [f.splitlines()[0].endswith("match ✓") for f in frames] == [True, True, True, False, True]
-    _, slider, status, _ = parts(step_player(SIM, PLAN, real_steps=real))
-    assert "4/5 steps match" in status.value
-    slider.value = 3
-    assert "match ✗" in status.value
+    player = step_player(SIM, PLAN, real_steps=real)
+    assert all("4/5 steps match" in c for c in player.captions)
+    assert ["match ✗" in c.split("</b>")[0] for c in player.captions] == [False, False, False, True, False]
+    assert len({f for f in player.frames}) == len(SIM)  # a picture per step
 
 
 def test_given_verdicts_are_shown_as_given():
@@ -73,20 +70,15 @@ def test_given_verdicts_are_shown_as_given():
 def test_a_shorter_real_run_does_not_match_its_missing_steps():
     frame = player_frame(4, SIM, PLAN, real_steps=real_run(SIM)[:3])
     assert frame.splitlines()[0].endswith("match ✗") and "(no such step)" in frame
+    fig = player_figure(4, SIM, PLAN, real_steps=real_run(SIM)[:3])
+    assert fig.axes[1].get_title() == "real: no step 4  (match ✗)"
 
 
-def test_plot_mode_shows_a_png_per_step():
-    box = step_player(SIM, PLAN, real_steps=corrupted(SIM, 3), mode="plot")
-    _, slider, _, view = parts(box)
-    assert isinstance(view, w.Image) and bytes(view.value).startswith(b"\x89PNG")
-    first = bytes(view.value)
-    slider.value = 3
-    assert bytes(view.value) != first
+def test_pair_figure_has_two_rings_one_legend_and_readable_text():
     fig = player_figure(3, SIM, PLAN, real_steps=corrupted(SIM, 3))
     assert len(fig.axes) == 2 and fig.axes[1].get_title() == "real  (match ✗)"
+    assert len(fig.legends) == 1 and all(ax.get_legend() is None for ax in fig.axes)
+    sizes = [t.get_fontsize() for ax in fig.axes for t in ax.texts] + \
+        [t.get_fontsize() for t in fig.legends[0].get_texts()] + [fig._suptitle.get_fontsize()]
+    assert min(sizes) >= 10  # shown at 100 px per inch: 10 pt is 14 px
     assert len(player_figure(0, SIM, PLAN).axes) == 1
-
-
-def test_bad_mode_is_refused():
-    with pytest.raises(ValueError, match="mode="):
-        step_player(SIM, PLAN, mode="video")

@@ -117,3 +117,36 @@ def test_figures_save_headless_and_no_pyplot_or_torch():
             "assert 'matplotlib.pyplot' not in sys.modules and 'torch' not in sys.modules")
     root = pathlib.Path(__file__).parents[2]  # so `simlab` imports from this checkout
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=root)
+
+
+def _font_sizes(fig):
+    texts = [t for ax in fig.axes for t in ax.texts + [ax.title, ax.xaxis.label, ax.yaxis.label]
+             + ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+    texts += [t for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+    return [t.get_fontsize() for t in texts]
+
+
+@pytest.mark.parametrize("n", [2, 4, 6, 8, 16])
+def test_ring_figure_fits_a_screen_and_every_word_is_at_least_10_pt(n):
+    from simlab.render.mpl import figure_png, png_size
+    plan = ring_all_reduce(n, 2 * n)
+    fig = draw_ring_step(simulate(plan).steps[1], plan)
+    assert min(_font_sizes(fig)) >= 10  # shown at 100 px per inch: 10 pt = 14 px
+    width, height = png_size(figure_png(fig))
+    assert width / 2 <= 500 and height / 2 <= 700  # drawn at 2x for HiDPI, shown at half
+    # where a digit would not fit its box, the boxes go unlabelled instead of overflowing
+    labelled = [t for t in fig.axes[0].texts if t.get_text().isdigit()]
+    assert (len(labelled) == n * n) == (n <= 6)
+    names = [t.get_text() for t in fig.axes[0].texts if t.get_text().startswith("r")]
+    assert names[0] == "r0" and len(names) == min(n, 8)  # past 8 ranks every other name, never crowded
+
+
+def test_bytes_axis_speaks_in_kib_or_mib_and_the_optimum_is_rounded():
+    ring8, naive8 = ring_all_reduce(8, 1 << 20), naive_all_reduce(8, 1 << 20)
+    fig = draw_bytes({"ring": ring8.bytes_sent_per_rank(), "naive": naive8.bytes_sent_per_rank()},
+                     optimum=2 * 7 * (4 << 20) // 8)
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "bytes sent (MiB)"
+    assert [line.get_label() for line in ax.get_lines()] == ["optimum (7 MiB)"]  # 2·7/8 · 4 MiB
+    assert max(p.get_height() for p in ax.patches) == 28  # the naive root: 7 buffers of 4 MiB
+    assert min(_font_sizes(fig)) >= 10

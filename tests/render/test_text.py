@@ -80,8 +80,8 @@ def test_every_transfer_and_byte_count_appears():
     for step in simulate(plan).steps[1:]:
         text = step_text(step, plan)
         for t in step.transfers:
-            verb = "+=" if t.op == "reduce" else "= "
-            assert f"r{t.src} -> r{t.dst}  chunk {t.chunk}  {verb}  ({t.nbytes} B)" in text
+            sign = "(+=)" if t.op == "reduce" else "(=)"
+            assert f"r{t.src} → r{t.dst} {sign} chunk {t.chunk} ({t.nbytes} B)" in text
         for r, sent in enumerate(step.bytes_sent):
             assert text.splitlines()[2 + r].split()[-4:-2] == [str(sent), "B"]
 
@@ -141,8 +141,8 @@ def test_trace_table_ignores_timing_and_order_and_flags_orphans():
     orphan = Trace([Event(0, "send", 0, 1, 2, 8), Event(2, "recv", 0, 1, 0, 8),
                     Event(1, "compute", 1, name="0F0")])
     text = trace_table(orphan, 3)
-    assert "r0 -> r1  chunk 2  (8 B)  [no matching recv]" in text
-    assert "r1 -> r2  chunk 0  (8 B)  [recv only]" in text
+    assert "r0 → r1 chunk 2 (8 B)  [no matching recv]" in text
+    assert "r1 → r2 chunk 0 (8 B)  [recv only]" in text
     assert "r1 compute 0F0" in text
 
 
@@ -157,4 +157,95 @@ def test_zero_byte_chunks_and_handmade_plans():
     plan = CollectivePlan("handmade", 2, (1, 0), 4, "all",
                           ((Transfer(0, 0, 1, 1, 0, "copy"),),), meta={"goal": "all_gather"})
     text = step_text(simulate(plan).steps[1], plan)
-    assert "r0 -> r1  chunk 1  =   (0 B)" in text
+    assert "r0 → r1 (=) chunk 1 (0 B)" in text
+
+
+def test_a_transfer_line_reads_sender_then_receiver():
+    """The rank left of the arrow is the one whose 'sent' grows; the right one's 'recv' grows, and its
+    cell gains the sender's sources on (+=). (The old 'r0 += r1' read as if r1 sent to r0.)"""
+    import re
+    plan = ring_all_reduce(4, 8)
+    steps, checked = simulate(plan).steps, 0
+    for before, after in zip(steps, steps[1:]):
+        for line in step_text(after, plan).splitlines():
+            found = re.fullmatch(r"  r(\d+) → r(\d+) \((\+?=)\) chunk (\d+) \((\d+) B\)", line)
+            if not found:
+                continue
+            src, dst, chunk, nbytes = (int(found[i]) for i in (1, 2, 4, 5))
+            assert after.bytes_sent[src] - before.bytes_sent[src] == nbytes
+            assert after.bytes_received[dst] - before.bytes_received[dst] == nbytes
+            if found[3] == "+=":
+                assert after.sources[dst][chunk] == before.sources[dst][chunk] | before.sources[src][chunk]
+            else:
+                assert after.sources[dst][chunk] == before.sources[src][chunk]
+            checked += 1
+    assert checked == 4 * plan.num_steps  # every transfer line was read, none skipped by the pattern
+    assert str(plan.steps[0][0]) == "r0 → r1 (+=) chunk 3 (8 B)"
+
+
+# ---- lesson 1's sentences against what the lesson prints (and what the simulator computes) --------
+
+LESSON = pathlib.Path(__file__).parents[2] / "notebooks" / "01_collectives.ipynb"
+
+
+def lesson_cells() -> dict:
+    import nbformat
+    return {cell.get("id"): cell for cell in nbformat.read(LESSON, as_version=4).cells}
+
+
+def printed(cell) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("output_type") == "stream")
+
+
+def test_the_sentence_after_the_first_step_names_the_cell_the_table_shows():
+    import re
+    cells = lesson_cells()
+    claim = re.search(r"`step (\d+)/\d+`.*?rank (\d+)'s chunk (\d+) is `([^`]+)`", cells["a90e9ee7"].source, re.S)
+    assert claim, "the sentence moved or changed its form: update this test with it"
+    k, rank, chunk, who = int(claim[1]), int(claim[2]), int(claim[3]), claim[4]
+    out = printed(cells["09200c13"])
+    table = out[out.index(f"step {k}/"):]
+    assert grid_cells(table, 4)[rank][chunk] == who  # the printed state says so …
+    step = simulate(ring_all_reduce(4, 8)).steps[k]
+    assert contributors(step.sources[rank][chunk], 4) == who  # … and so does the simulator
+    # "its own input plus what rank 0 sent": the transfer into that cell came from rank 0
+    assert [(t.src, t.op) for t in step.transfers if (t.dst, t.chunk) == (rank, chunk)] == [(0, "reduce")]
+
+
+def test_the_lower_bound_paragraph_states_the_plans_own_numbers():
+    import re
+    from simlab.sim.cost import optimal_bytes_per_rank
+    cells = lesson_cells()
+    text = re.sub(r"\s+", " ", cells["47b594c4"].source)
+    found = re.search(r"\(\$n = (\d+)\$, \$S = (\d+)\$ B\) both send (\d+) B in all, the ring (\d+) B per rank, "
+                      r"the naive root (\d+) B", text)
+    assert found, "the sentence moved or changed its form: update this test with it"
+    n, size, total, per_rank, root = map(int, found.groups())
+    ring, naive = ring_all_reduce(n, size // 4), naive_all_reduce(n, size // 4)
+    assert sum(ring.bytes_sent_per_rank()) == sum(naive.bytes_sent_per_rank()) == total == 2 * (n - 1) * size
+    assert set(ring.bytes_sent_per_rank()) == {per_rank} == {optimal_bytes_per_rank("all_reduce", n, size)}
+    assert max(naive.bytes_sent_per_rank()) == root == (n - 1) * size
+    out = printed(cells["303e7241"])  # the tables the sentence points at
+    assert out.count(f"total  {total} B") == 2 and f"r0     {root} B" in out
+    assert f"optimum per rank: {per_rank} B" in out
+    # the bound is stated on bytes *sent*: own contributions plus reduced results, (n−1)/n·S each
+    assert "Count the bytes a rank must *send*" in text
+    assert "**its own contributions**" in text and "**reduced results**" in text
+
+
+def test_the_zero_rows_name_both_collectives_and_when():
+    rows = {line.split("|")[1].strip(): line for line in lesson_cells()["5070f317"].source.splitlines()
+            if line.startswith("| ZeRO")}
+    assert set(rows) == {"ZeRO-1", "ZeRO-2", "ZeRO-3"}
+    for name, line in rows.items():
+        assert "**all-gather** of parameters" in line and "**reduce-scatter**" in line, name
+    assert "**all-reduce**" in rows["ZeRO-1"] and "after the step" in rows["ZeRO-2"]
+    assert "before each layer's forward and again before its backward" in rows["ZeRO-3"]
+
+
+def test_the_lesson_ends_with_a_summary_and_the_next_notebook():
+    cells = list(lesson_cells().values())
+    last = cells[-1].source
+    assert last.startswith("## Summary") and 3 <= last.count("\n- ") <= 6
+    assert "**Next:** [`notebooks/02_data_parallel.ipynb`]" in last
+    assert (LESSON.parent / "02_data_parallel.ipynb").exists()

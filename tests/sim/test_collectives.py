@@ -181,3 +181,20 @@ def test_copy_instead_of_reduce_is_caught_on_values_too():
     steps = tuple(tuple(Transfer(t.step, t.src, t.dst, t.chunk, t.nbytes, "copy") for t in s) for s in plan.steps)
     wrong = plan.__class__(plan.name, 3, plan.chunk_sizes, 4, "all", steps, meta=plan.meta)
     assert simulate(wrong).final_ok is False
+
+
+def test_powers_of_two_inputs_decode_to_the_simulated_sources():
+    """Simulated on 2**r inputs, every held value's bits are exactly its contribution set."""
+    from simlab.sim.collectives import input_pieces, power_inputs, power_sources
+    for plan_fn in PLANS:
+        plan = plan_fn(5, 13)
+        for step in simulate(plan, power_inputs(5, 13)).steps:
+            for vrow, srow in zip(step.values, step.sources):
+                assert [None if v is None else power_sources(v, 5) for v in vrow] == list(srow)
+    assert power_sources(np.array([3, 5]), 3) is None  # elements disagree: no single contribution set
+    assert power_sources(np.array([8]), 3) is None and power_sources(np.array([0]), 3) is None  # out of range
+    assert power_sources(np.array([], np.int64), 3) is None
+    pieces = dict(input_pieces(3, 5, ranks=[2], start=1, kind="powers-of-two"))
+    assert pieces[1][2].tolist() == [4, 4, 4, 4]
+    with pytest.raises(ValueError, match="world_size=25"):
+        power_inputs(25, 1)
