@@ -65,7 +65,7 @@ def add_commands(sub, run) -> None:
     mem.add_argument("--params", type=float, default=None, help="model parameters Ψ (default 7.5e9)")
     mem.add_argument("--gpus", type=int, default=None, help="data-parallel GPUs N_d (default 64)")
     mem.add_argument("--zero", type=int, default=0, help="ZeRO stage 0..3 (0 = plain DP)")
-    mem.add_argument("--offload", action="store_true", help="ZeRO-Offload: optimizer and step on the CPU")
+    mem.add_argument("--offload", action="store_true", help="ZeRO-Offload: gradients, optimizer states and the step on the CPU")
     mem.add_argument("--precision", choices=["mixed", "fp32", "mixed-fp32-grads"], default="mixed",
                      help="bytes per param: mixed 2+2+12 (K=12), fp32 4+4+8, mixed-fp32-grads 2+4+12 (Megatron)")
     hybrid.add_model_flags(mem, plan_defaults=True)  # a transformer and a 3-D plan instead of --params

@@ -15,7 +15,8 @@ The layout and the two collectives live in `simlab.exec.zero_shards`. ZeRO shard
 (default WORLD; in 3-D parallelism the data-parallel group): N is its size, "rank" our rank in it.
 Tensors stay on the model's device; offloaded state goes to the host. Every kept tensor is counted in
 `memory()`, and every compute and collective lands in `rec.events` (a `simlab.trace.Recorder`; a
-collective's nbytes is what this rank sent, in the ring accounting of `simlab.sim.memory`).
+collective's nbytes is what this rank sent, in the ring accounting of `simlab.sim.memory`), named and
+ordered as the simulator's walkthrough (`simlab.sim.zero`): forward/backward per layer, one "step".
 Run it: see `simlab.parity.zero.run_zero`.
 """
 from __future__ import annotations
@@ -105,6 +106,39 @@ class ShardedLinear(nn.Module):
         return _GatheredLinear.apply(x, self.shard, self)
 
 
+# ---------------------------------------------------------------- stages 1, 2: a whole layer, traced
+
+class _TracedFn(torch.autograd.Function):
+    """nn.Linear's arithmetic, its forward and backward recorded as events (as stage 3's are)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer):
+        ctx.save_for_backward(x, weight)
+        ctx.layer = layer
+        return layer.rec.timed("compute", f"forward L{layer.index}", lambda: torch.addmm(bias, x, weight.t()))
+
+    @staticmethod
+    def backward(ctx, grad_y):  # grad_y: (b, out)
+        x, weight = ctx.saved_tensors
+
+        def compute():
+            grad_x = grad_y @ weight if ctx.needs_input_grad[0] else None  # (b, in)
+            return grad_x, grad_y.t() @ x, grad_y.sum(0)  # (out, in), (out,)
+        # autograd accumulates the grads into weight.grad after this returns: stage 2's hook reduces them then
+        return (*ctx.layer.rec.timed("compute", f"backward L{ctx.layer.index}", compute), None)
+
+
+class TracedLinear(nn.Module):
+    """Stages 1 and 2: the layer stays whole (same parameters, same order); only its events are recorded."""
+
+    def __init__(self, linear: nn.Linear, index: int, rec: Recorder):
+        super().__init__()
+        self.linear, self.index, self.rec = linear, index, rec
+
+    def forward(self, x):
+        return _TracedFn.apply(x, self.linear.weight, self.linear.bias, self)
+
+
 # ---------------------------------------------------------------- the optimizer that owns the shards
 
 class ZeroAdam:
@@ -123,9 +157,8 @@ class ZeroAdam:
         self.sizes = [shard_size(m.weight.numel() + m.bias.numel(), self.n) for _, m in self.layers]  # S_l
         self.offsets = [sum(self.sizes[:k]) for k in range(len(self.sizes))]  # layer k's place in a rank's row
         where = HOST if offload else self.layers[0][1].weight.device  # Adam's state: host or the model's device
-        if stage == 3:
-            for k, (i, m) in enumerate(self.layers):
-                model[i] = ShardedLinear(m, k, group, self.rec)
+        for k, (i, m) in enumerate(self.layers):  # self.layers keeps the nn.Linear itself
+            model[i] = ShardedLinear(m, k, group, self.rec) if stage == 3 else TracedLinear(m, k, self.rec)
         self.exp_avg = [torch.zeros(s, device=where) for s in self.sizes]  # (S,) each
         self.exp_avg_sq = [torch.zeros(s, device=where) for s in self.sizes]
         self.grad_shards = [None] * len(self.sizes)  # stage 2 / offload: the reduced (S,) grads we keep
@@ -187,25 +220,30 @@ class ZeroAdam:
 
     @torch.no_grad()
     def step(self) -> None:
+        """Adam on every own shard (one "step" event, as the walkthrough has), then stages 1-2 gather."""
         self.t += 1
         if self.stage == 1:
             self._reduce_all()
-        for k in range(len(self.sizes)):
-            grad = self.model[self.layers[k][0]].shard.grad if self.stage == 3 else self.grad_shards[k]
-            if self.stage == 3 and self.offload:
-                grad = self.grad_shards[k] = grad.to(HOST, copy=True)  # device → host
-                self.model[self.layers[k][0]].shard.grad = None
-            param = self.master[k] if self.offload else self._own_shard(k)  # (S,)
-            self.rec.timed("compute", f"step L{k}", lambda: adam_update(
-                param, grad, self.exp_avg[k], self.exp_avg_sq[k], self.t, self.lr))
-            if self.stage == 1:  # into our row of the bucket: this layer's grad shard there is used up
-                self._block(k)[self.rank] = param
-            else:
-                self._write_back(k, param)
+        params = self.rec.timed("compute", "step", lambda: [self._update(k) for k in range(len(self.sizes))])
         if self.stage == 1:
             self._gather_all()
             self.grad_shards = [None] * len(self.sizes)  # transient in stage 1: the full grads are kept
+        else:  # stage 2: each layer's all-gather, first layer first (stage 3 gathers in the next forward)
+            for k, param in enumerate(params):
+                self._write_back(k, param)
         self.rec.step += 1
+
+    def _update(self, k: int) -> torch.Tensor:
+        """Adam on layer k's own (S,) shard; returns the updated shard (stage 1: written into the bucket)."""
+        grad = self.model[self.layers[k][0]].shard.grad if self.stage == 3 else self.grad_shards[k]
+        if self.stage == 3 and self.offload:
+            grad = self.grad_shards[k] = grad.to(HOST, copy=True)  # device → host
+            self.model[self.layers[k][0]].shard.grad = None
+        param = self.master[k] if self.offload else self._own_shard(k)  # (S,)
+        adam_update(param, grad, self.exp_avg[k], self.exp_avg_sq[k], self.t, self.lr)
+        if self.stage == 1:  # into our row of the bucket: this layer's grad shard there is used up
+            self._block(k)[self.rank] = param
+        return param
 
     def _gather_all(self) -> None:
         """Stage 1: every layer's updated own block (our row of the bucket) in ONE all-gather, in place."""

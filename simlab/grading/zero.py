@@ -1,11 +1,15 @@
-"""Lesson 3's exercise: per-GPU memory of ZeRO stages 0-3, graded on the paper's Figure 1 and 48 more
-cases where shards round up."""
+"""Lesson 3's exercises: per-GPU memory of ZeRO stages 0-3 (graded on the paper's Figure 1 and 48 more
+cases where shards round up), fitting a 70 B model on 80 GB GPUs (graded by the memory model), and a
+prediction of the bytes one rank sends in a ZeRO-2 step (graded against a real run)."""
 from __future__ import annotations
 
-from ..sim.memory import per_gpu_bytes
+from ..sim.memory import PRECISIONS, comm_volume_per_step, per_gpu_bytes, peak_per_gpu_bytes, shard_numel
+from ..sim.memory import smallest_world_size
 from .common import fail
 
 PAPER = {0: 120e9, 1: 31.40625e9, 2: 16.640625e9, 3: 1.875e9}  # ZeRO paper, Figure 1: Ψ=7.5B, N=64, K=12
+LAYERS_70B = [875_000_000] * 80  # a 70 B model as 80 equal layers (Llama-2-70B's depth); embeddings ignored
+GPU_BYTES = 80 * 10**9  # an 80 GB GPU, in the paper's GB (1e9 bytes)
 
 
 def check_zero_memory(fn) -> None:
@@ -25,3 +29,84 @@ def check_zero_memory(fn) -> None:
                   f"{wrong[0]}={got.get(wrong[0])} but expected {want[wrong[0]]} (shards round up)")
     print(f"{title}: ✓ the paper's 120 / 31.4 / 16.6 / 1.9 GB and {len(cases)} more cases "
           f"(uneven shards round up)")
+
+
+def _gb(nbytes: float) -> str:
+    return f"{nbytes / 1e9:.1f} GB"
+
+
+def _gpus(n: int) -> str:
+    return f"{n} GPU{'s' if n != 1 else ''}"
+
+
+def _why_never(stage: int, offload: bool) -> str:
+    """Why no number of GPUs makes this stage fit: what every GPU keeps in full, whatever N."""
+    psi = sum(LAYERS_70B)
+    if offload:
+        return (f"offload moves gradients and optimizer state to the host, but stage 2 still keeps the full "
+                f"16-bit parameters ({_gb(2 * psi)}) on every GPU")
+    full = {0: "parameters, gradients and optimizer state", 1: "16-bit parameters and gradients",
+            2: "16-bit parameters"}[stage]
+    size = {0: 16 * psi, 1: 4 * psi, 2: 2 * psi}[stage]
+    return f"stage {stage} keeps the full {full} ({_gb(size)}) on every GPU, whatever N"
+
+
+def check_fit_70b(stage, n_gpus, offload=False) -> None:
+    """Grade (stage, n_gpus, offload) for a 70 B model (80 equal layers), mixed-precision Adam, model state
+    only, on 80 GB GPUs: the peak (`sim.memory.peak_per_gpu_bytes`) must fit, with the fewest GPUs."""
+    title = "70 B on 80 GB GPUs"
+    if type(stage) is not int or not 0 <= stage <= 3:
+        fail(title, f"stage={stage!r}", "must be a ZeRO stage: 0, 1, 2 or 3")
+    if type(n_gpus) is not int or n_gpus < 1:
+        fail(title, f"n_gpus={n_gpus!r}", "must be a whole number of GPUs, at least 1")
+    if type(offload) is not bool or (offload and stage < 2):
+        fail(title, f"offload={offload!r}", "must be True or False, and True needs stage 2 or 3")
+    best = smallest_world_size(LAYERS_70B, stage, GPU_BYTES, offload)
+    case = f"stage {stage}{' + offload' if offload else ''} on {_gpus(n_gpus)}"
+    need = peak_per_gpu_bytes(LAYERS_70B, n_gpus, stage, offload)
+    if best is None:
+        fail(title, case, f"needs {_gb(need)} per GPU and never fits: {_why_never(stage, offload)}")
+    if need > GPU_BYTES:
+        steady = per_gpu_bytes(LAYERS_70B, n_gpus, stage, offload, "mixed")["total"]
+        fail(title, case, f"needs {_gb(need)} per GPU ({_gb(steady)} between steps + {_gb(need - steady)} "
+                          f"for one layer gathered with its full gradient), more than 80 GB")
+    if n_gpus > best:
+        fail(title, case, f"fits ({_gb(need)} per GPU) but is not the fewest: {_gpus(best)} already fit "
+                          f"({_gb(peak_per_gpu_bytes(LAYERS_70B, best, stage, offload))})")
+    host = per_gpu_bytes(LAYERS_70B, n_gpus, stage, offload, "mixed")["cpu"]
+    print(f"{title}: ✓ {case}: {_gb(need)} per GPU at the peak, and {_gpus(best - 1)} would need "
+          f"{_gb(peak_per_gpu_bytes(LAYERS_70B, best - 1, stage, offload))}"
+          + (f"; each GPU's host keeps {_gb(host)}" if offload else ""))
+
+
+def check_bytes_prediction(predicted, real: dict, sizes, rank: int = 1) -> None:
+    """Grade a prediction of the bytes `rank` sends in one step against a real run (`run_zero(…, steps=1)`):
+    the measured `bytes_sent_per_rank[rank]`. A wrong answer is matched against the usual slips."""
+    title = f"bytes rank {rank} sends"
+    if predicted is None:  # the exercise's placeholder: not answered yet, like a stub
+        raise NotImplementedError("exercise: commit your prediction in the cell above first")
+    if isinstance(predicted, bool) or not isinstance(predicted, (int, float)):
+        fail(title, f"predicted={predicted!r}", "must be a number of bytes")
+    measured, n, stage = real["bytes_sent_per_rank"][rank], real["world_size"], real["stage"]
+    numels = [(a + 1) * b for a, b in zip(sizes, sizes[1:])]  # weight + bias per Linear
+    shards = sum(shard_numel(p, n) for p in numels)
+    if measured != comm_volume_per_step(numels, stage, n, "fp32"):  # the run must be the one asked about
+        fail(title, "the real run", f"sent {measured} B, the model says {comm_volume_per_step(numels, stage, n, 'fp32')} B")
+    if predicted == measured:
+        print(f"{title}: ✓ {measured} B measured on the real run = (N-1)·ΣS·(4 + 4) with ΣS = {shards} "
+              f"(each layer padded to a multiple of {n})")
+        return
+    f32 = PRECISIONS["fp32"].grad  # the real run is fp32: 4-byte gradients and parameters
+    slips = {  # the usual slips, each with why it is wrong (the real run is fp32: 4 bytes a value)
+        (n - 1) * shards * f32: "half of it: only the gradients' reduce-scatter (or 2-byte values); after the "
+                                "step each rank also all-gathers its updated parameters, and the run is fp32",
+        (n - 1) * shards * 2: "that counts elements, not bytes: the real run is fp32, 4 bytes each",
+        (n - 1) * shards * 3 * f32: "that is ZeRO-3's 3Ψ: stage 2 gathers the parameters once, after the step",
+        (n - 1) * -(-sum(numels) // n) * 2 * f32: "the padding is per layer: each layer's buffer is padded "
+                                                  "to a multiple of N on its own",
+        2 * sum(numels) * f32 * (n - 1) // n: "the padding is missing: each layer's buffer is padded to a "
+                                              "multiple of N, and a rank sends N-1 whole shards",
+        2 * sum(numels) * f32: "a ring sends (N-1)/N of the buffer per collective, not all of it",
+    }
+    why = slips.get(predicted, "") or f"the real run sent (N-1)·ΣS·8 bytes with ΣS = {shards}"
+    fail(title, f"predicted {predicted} B", f"the real rank {rank} sent {measured} B — {why}")

@@ -21,7 +21,7 @@ from ..exec.launch import device, launch
 from ..exec.models import TINY_MLP, flat_params, make_batch, make_mlp, shard, train_steps
 from ..exec.zero import ZeroAdam
 from ..sim.memory import check_offload, comm_volume_per_step, per_gpu_bytes
-from ..sim.zero import walkthrough
+from ..sim.zero import executor_names, walkthrough
 from ..trace import merge
 from .common import check_run, max_abs_diff, reference_train, result
 
@@ -129,13 +129,12 @@ def run_zero(stage: int, world_size: int = 4, steps: int = 5, global_batch: int 
 def compare_with_walkthrough(trace, stage: int, layers: int, world_size: int, rank: int = 0) -> dict:
     """Line up a real run's step 0 (one rank) with the simulator's walkthrough of the same stage.
 
-    The walkthrough names layers La, Lb, …; the executor L0, L1, …. Every layer must go through the
-    same collectives (all-gather / reduce-scatter) in the same order in both; how layers interleave,
-    and the bookkeeping around them ("free", per-layer "step"), may differ (ZeRO-1 can step layer by
-    layer as soon as its reduce-scatter is done, and the executor's ZeRO-1 reduces all layers at once).
+    The walkthrough names layers La, Lb, …; the executor L0, L1, …. `same_order`: the real rank ran
+    exactly the walkthrough's events, in its order (forward, backward, gathers, frees, reduce-scatters,
+    one "step"); `same_collectives`: at least every layer went through the same collectives in the
+    same order (stage 1's bucket counts for each layer in it).
     """
-    letter = {f"L{chr(ord('a') + i)}": f"L{i}" for i in range(layers)}
-    sim = [" ".join(letter.get(w, w) for w in s.name.split()) for s in walkthrough(stage, layers, world_size)[1:]]
+    sim = executor_names(walkthrough(stage, layers, world_size))
     real = [e.name for e in sorted(trace, key=lambda e: e.start) if e.rank == rank and e.step == 0]
     collectives = ("all-gather", "reduce-scatter")
     def per_layer(names):  # layer -> its collectives, in order
@@ -144,4 +143,5 @@ def compare_with_walkthrough(trace, stage: int, layers: int, world_size: int, ra
             for layer in layers:  # stage 1 runs one collective for all layers ("reduce-scatter L1 L0")
                 ops.setdefault(layer, []).append(op)
         return ops
-    return {"simulated": sim, "real": real, "same_collectives": per_layer(sim) == per_layer(real)}
+    return {"simulated": sim, "real": real, "same_order": sim == real,
+            "same_collectives": per_layer(sim) == per_layer(real)}

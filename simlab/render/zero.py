@@ -1,42 +1,49 @@
-"""Lesson 3's pictures of ZeRO: memory bars per stage, a calculator, and a step-by-step walkthrough.
+"""Lesson 3's pictures of ZeRO: memory bars per stage, the walkthrough's grid, memory curve and offload
+timeline, and a real run beside the model. The widgets built from them are in `render.zero_widgets`.
 
 - `draw_memory_bars`: stacked bars (params / grads / optimizer) per configuration, in GB.
-- `memory_calculator`: knobs (model size, GPUs, precision, offload) → bars for stages 0-3.
+- `calculator_rows` / `calculator_frame`: the memory calculator's numbers for one position of its knobs.
 - `draw_zero_step`: who holds which block after one `ZeroStep` (a grid: GPUs × params/grads/optim).
 - `draw_memory_curve`: bytes held on each GPU (and host) over the walkthrough.
-- `walkthrough_player`: Play + slider over the walkthrough, as text or as pictures.
+- `draw_offload_timeline`: ZeRO-Offload on a GPU lane and its host's lane.
+- `draw_real_vs_model`, `real_run_text`: a real run's bytes beside the model's, its events beside the walkthrough's.
 
-The numbers come from `simlab.sim.memory` and `simlab.sim.zero`; this module only draws them.
-The pure helpers (`calculator_frame`, `walkthrough_frame`) need no browser, so tests can check them.
+The numbers come from `simlab.sim.memory` and `simlab.sim.zero`; this module only draws them. Every text is
+10 pt or more and every figure at most about 9 inches wide, so at 100 px per inch nothing is under 14 px.
 """
 from __future__ import annotations
 
-import html
+import textwrap
 
 from ..sim.memory import per_gpu_bytes
-from ..sim.zero import KINDS, holdings_text, memory_curve, to_trace
-from .mpl import _new_ax, figure_png
+from ..sim.zero import KINDS, executor_names, memory_curve, to_trace, walkthrough
+from .mpl import _new_ax
 
 GB = 1e9
+FONT = 10  # the smallest text anywhere: 14 px at 100 px per inch
 PART_COLOR = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868"}
 CPU_COLOR = "#8c8c8c"
 STAGE_NAMES = ["stage 0 (DP)", "stage 1 (P_os)", "stage 2 (P_os+g)", "stage 3 (P_os+g+p)"]
 OWNED_COLOR, GATHERED_COLOR = "#4c72b0", "#fdf2cc"  # own block: solid blue; someone else's: pale
-MAX_WIDTH = 56  # block slots per band of the step grid (about 21 inches); wider scenes wrap
+UNIT_IN = 0.25  # inches per block slot of the step grid
+MAX_WIDTH = 33  # block slots per band of the step grid (about 9 inches with the labels); wider scenes wrap
 
 
 def gb(nbytes) -> str:
-    """Bytes as GB with the decimals it needs: 31406250000 → '31.40625'."""
-    return f"{nbytes / GB:.6f}".rstrip("0").rstrip(".")
+    """Bytes as GB to 3 significant digits: 31406250000 → '31.4', 1875000000 → '1.88', 120e9 → '120'."""
+    x = nbytes / GB
+    if x == 0 or x >= 100:
+        return f"{x:.0f}"
+    return f"{x:.3g}" if x >= 0.001 else "<0.001"
 
 
 def draw_memory_bars(rows: dict, ax=None, title=None):
     """One stacked bar per configuration (label → `per_gpu_bytes` dict), with its total on top.
 
-    Host memory (offload) gets its own hatched grey bar beside the GPU bar.
-    """
+    Host memory (offload) gets its own hatched grey bar beside the GPU bar. The legend sits outside the
+    axes, so it never covers a bar or its label."""
     import numpy as np
-    ax = _new_ax(ax, (1.9 * len(rows) + 2.5, 4.2))
+    ax = _new_ax(ax, (1.45 * len(rows) + 2.4, 4.0))
     labels, x = list(rows), np.arange(len(rows))
     has_cpu = any(r.get("cpu", 0) for r in rows.values())
     width = 0.38 if has_cpu else 0.6
@@ -49,22 +56,23 @@ def draw_memory_bars(rows: dict, ax=None, title=None):
     top = max(bottom.max(), max(r.get("cpu", 0) for r in rows.values()) / GB) or 1.0
     for xi, k in zip(gpu_x, labels):
         ax.text(xi, rows[k]["total"] / GB + 0.01 * top, gb(rows[k]["total"]), ha="center",
-                va="bottom", fontsize=9, fontweight="bold")
+                va="bottom", fontsize=FONT, fontweight="bold", gid="total")
     if has_cpu:
         cpu = np.array([rows[k]["cpu"] / GB for k in labels])
         ax.bar(x + width / 2, cpu, width, color="white", edgecolor=CPU_COLOR, hatch="//",
                label="CPU (offload)", gid="cpu")
         for xi, v in zip(x + width / 2, cpu):
             if v:
-                ax.text(xi, v + 0.01 * top, gb(v * GB), ha="center", va="bottom", fontsize=8,
-                        color="#555555")
-    ax.set_xticks(x, labels, fontsize=9)
-    ax.set_ylabel("GB per GPU")
+                ax.text(xi, v + 0.01 * top, gb(v * GB), ha="center", va="bottom", fontsize=FONT,
+                        color="#555555", gid="total")
+    ax.set_xticks(x, [k.replace(" (", "\n(") for k in labels], fontsize=FONT)
+    ax.tick_params(axis="y", labelsize=FONT)
+    ax.set_ylabel("GB per GPU", fontsize=FONT)
     ax.set_ylim(0, top * 1.15)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(loc="upper right", fontsize=8, frameon=False)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=FONT, frameon=False)
     if title:
-        ax.set_title(title, fontsize=10)
+        ax.set_title(title, fontsize=FONT + 1)
     return ax.figure
 
 
@@ -76,47 +84,28 @@ def calculator_rows(params: float, gpus: int, precision: str = "mixed", offload:
             for s, name in enumerate(STAGE_NAMES)}
 
 
-def _table(rows: dict) -> list[list[str]]:
-    head = ["", "params", "grads", "optimizer", "GPU total", "CPU"]
-    return [head] + [[k] + [gb(r[c]) for c in ("params", "grads", "optimizer", "total", "cpu")]
-                     for k, r in rows.items()]
+def calculator_table(rows: dict) -> list[dict]:
+    """The calculator's rows as GB strings, one dict per configuration (for `table_html` and text)."""
+    return [{"": k, **{c: gb(r[key]) for c, key in (("params", "params"), ("grads", "grads"),
+                                                   ("optimizer", "optimizer"), ("GPU total", "total"),
+                                                   ("CPU", "cpu"))}} for k, r in rows.items()]
+
+
+def calculator_title(params: float, gpus: int, precision: str) -> str:
+    return f"Ψ = {params / 1e9:.3g} B parameters, {gpus} GPU{'s' if gpus != 1 else ''}, {precision} precision"
 
 
 def calculator_frame(params: float, gpus: int, precision: str = "mixed", offload: bool = False):
     """(figure, text) for one position of the calculator's knobs; the text is in GB per GPU."""
     rows = calculator_rows(params, gpus, precision, offload)
-    title = f"Ψ = {params / 1e9:.3g} B parameters, {gpus} GPUs, {precision} precision"
+    title = calculator_title(params, gpus, precision)
     fig = draw_memory_bars(rows, title=title)
-    table = _table(rows)
+    table = [[k for k in calculator_table(rows)[0]]] + [list(r.values()) for r in calculator_table(rows)]
     widths = [max(len(r[c]) for r in table) for c in range(len(table[0]))]
     lines = [title + " (GB per GPU)"]
     lines += ["  ".join(v.rjust(w) if c else v.ljust(w) for c, (v, w) in enumerate(zip(r, widths)))
               for r in table]
     return fig, "\n".join(lines)
-
-
-def memory_calculator(params: float = 7.5e9, gpus: int = 64, precision: str = "mixed"):
-    """Knobs → bars for stages 0-3 (PNG in an Image widget) and the same numbers as a table."""
-    import ipywidgets as w
-    size = w.FloatLogSlider(value=params, base=10, min=6, max=12, step=0.05, description="params",
-                            readout_format=".3g")
-    n = w.IntSlider(value=gpus, min=1, max=1024, description="GPUs")
-    prec = w.Dropdown(options=["mixed", "fp32"], value=precision, description="precision")
-    off = w.Checkbox(value=False, description="offload (stages 2, 3)")
-    image, table = w.Image(format="png"), w.HTML()
-
-    def show(_=None) -> None:
-        fig, _text = calculator_frame(size.value, n.value, prec.value, off.value)
-        image.value = figure_png(fig)
-        cells = _table(calculator_rows(size.value, n.value, prec.value, off.value))
-        body = "".join("<tr>" + "".join(f"<td style='padding:0 8px;text-align:right'>{html.escape(v)}</td>"
-                                        for v in r) + "</tr>" for r in cells)
-        table.value = f"<table><caption>GB per GPU</caption>{body}</table>"
-
-    for knob in (size, n, prec, off):
-        knob.observe(show, names="value")
-    show()
-    return w.VBox([w.HBox([size, n]), w.HBox([prec, off]), image, table])
 
 
 def _scene(step):
@@ -126,59 +115,63 @@ def _scene(step):
     return letters, any(h["grads"] or h["optim"] for h in step.cpu)
 
 
-def draw_zero_step(step, world_size: int, ax=None):
+def draw_zero_step(step, world_size: int, ax=None, describe: bool = True):
     """Grid of one ZeroStep: a column per GPU (and per host under offload), rows params/grads/optim.
 
     Each block sits in a fixed slot (a0 a1 a2 | b0 b1 b2 | …), so blocks appear and vanish in place
     as the player moves. Owned blocks (GPU i owns block i of every layer) are solid blue; blocks
     gathered or computed from the others are pale with a dashed edge. Wide scenes wrap into bands;
-    the hosts (CPU0, CPU1, …) always start a band of their own, under the GPUs.
+    the hosts (CPU0, CPU1, …) always start a band of their own, under the GPUs. `describe=False` leaves
+    the step's description out of the title (a player shows it as a caption, so every frame has one size).
     """
     from matplotlib.patches import Rectangle
     letters, has_cpu = _scene(step)
-    n, slot, gap, row_h = world_size, 1.0, 0.5, 1.3
+    n, slot, gap, row_h, sep = world_size, 1.0, 0.5, 1.3, 0.4
     cell_w = len(letters) * n * slot + (len(letters) - 1) * gap + 0.6
-    fit = max(1, int(MAX_WIDTH // (cell_w + 0.5)))
+    fit = max(1, int(MAX_WIDTH // (cell_w + sep)))
     per_band = -(-n // -(-n // fit))  # balanced bands: 4 GPUs that fit 3 a band go 2 + 2
     places, cols = [], [(f"GPU{g}", g, step.holdings[g]) for g in range(n)]
     for first in ([0, -(-n // per_band)] if has_cpu else [0]):  # the hosts start a new band
         places += [(i % per_band, first + i // per_band) for i in range(n)]
     cols += [(f"CPU{g}", g, step.cpu[g]) for g in range(n)] if has_cpu else []
     bands, band_h = places[-1][1] + 1, len(KINDS) * row_h + 1.4
-    width = per_band * (cell_w + 0.5)
-    ax = _new_ax(ax, (1.0 + 0.38 * width, 0.9 + 0.3 * band_h * bands))
+    width, left = per_band * (cell_w + sep), 2.4  # left: room for the row labels
+    ax = _new_ax(ax, (UNIT_IN * (width + left), 0.8 + UNIT_IN * band_h * bands))
     for (name, g, held), (c, band) in zip(cols, places):
-        x0, top = c * (cell_w + 0.5), -band * band_h
-        ax.text(x0 + cell_w / 2, top + 0.15, name, ha="center", va="bottom", fontsize=10, fontweight="bold")
+        x0, top = c * (cell_w + sep), -band * band_h
+        ax.text(x0 + cell_w / 2, top + 0.15, name, ha="center", va="bottom", fontsize=FONT, fontweight="bold")
         for r, kind in enumerate(KINDS):
             y0 = top - (r + 1) * row_h
             blocks = held.get(kind)  # a host holds no parameters: a grey cell
             ax.add_patch(Rectangle((x0, y0), cell_w, 1.1, facecolor="#f4f4f4" if blocks is not None
                                    else "#d9d9d9", edgecolor="#999999", gid="cell"))
             if c == 0:
-                ax.text(x0 - 0.3, y0 + 0.55, kind, ha="right", va="center", fontsize=10)
+                ax.text(x0 - 0.3, y0 + 0.55, kind, ha="right", va="center", fontsize=FONT)
             for b in sorted(blocks or ()):
                 owned = int(b[1:]) == g
                 bx = x0 + 0.3 + letters.index(b[0]) * (n * slot + gap) + int(b[1:]) * slot
-                ax.add_patch(Rectangle((bx + 0.05, y0 + 0.2), slot - 0.1, 0.7, gid="block",
+                ax.add_patch(Rectangle((bx + 0.04, y0 + 0.15), slot - 0.08, 0.8, gid="block",
                                        facecolor=OWNED_COLOR if owned else GATHERED_COLOR,
                                        edgecolor="#333333", linestyle="-" if owned else "--"))
-                ax.text(bx + slot / 2, y0 + 0.55, b, ha="center", va="center", fontsize=7 if n > 9 else 8,
+                ax.text(bx + slot / 2, y0 + 0.55, b, ha="center", va="center", fontsize=FONT,  # "a10": 20 of 25 px
                         color="white" if owned else "#333333", fontweight="bold" if owned else "normal")
-    ax.set_xlim(-2.4, width)
+    ax.set_xlim(-left, width)
     ax.set_ylim(-bands * band_h + 0.7, 0.8)
     ax.axis("off")
-    ax.set_title(f"step {step.index}: {step.name}\n{step.description}", fontsize=10)
+    title = f"step {step.index}: {step.name}"
+    if describe:  # wrapped to the figure's width: a long title would widen the saved picture
+        title += "\n" + "\n".join(textwrap.wrap(step.description, int(11.5 * UNIT_IN * (width + left))))
+    ax.set_title(title, fontsize=FONT)
     ax.add_patch(Rectangle((0, 0), 0, 0, facecolor=OWNED_COLOR, label="owned block"))
     ax.add_patch(Rectangle((0, 0), 0, 0, facecolor=GATHERED_COLOR, edgecolor="#333333",
-                           linestyle="--", label="someone else's block (gathered / full)"))
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=8, frameon=False)
+                           linestyle="--", label="someone else's block"))
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=FONT, frameon=False)
     return ax.figure
 
 
 def draw_memory_curve(steps, world_size: int, ax=None):
     """Bytes of model state held after each step: one line per GPU, dotted per host (offload)."""
-    ax = _new_ax(ax, (max(6, 0.42 * len(steps)), 3.8))
+    ax = _new_ax(ax, (min(9.0, max(6.0, 0.4 * len(steps))), 4.2))
     x = range(len(steps))
     for g, curve in enumerate(memory_curve(steps)[:world_size]):
         ax.plot(x, curve, marker="o", markersize=4 + 2 * (world_size - g), linewidth=1.5,
@@ -187,41 +180,17 @@ def draw_memory_curve(steps, world_size: int, ax=None):
         host = [st.cpu_bytes[g] for st in steps]
         if any(host):
             ax.plot(x, host, linestyle=":", marker="s", markersize=3, label=f"CPU{g}")
-    ax.set_xticks(list(x), [f"{st.index} {st.name}" for st in steps], rotation=60, ha="right", fontsize=8)
-    ax.set_ylabel("bytes of model state")
-    ax.set_ylim(bottom=0)
+    ax.set_xticks(list(x), [f"{st.index} {st.name}" for st in steps], rotation=60, ha="right", fontsize=FONT)
+    ax.tick_params(axis="y", labelsize=FONT)
+    ax.set_ylabel("bytes of model state", fontsize=FONT)
+    ax.set_ylim(0, 1.12 * max(max(c) for c in memory_curve(steps)))  # room above the peak's markers
     ax.grid(axis="y", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(fontsize=8, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_title("memory over one training step", fontsize=10)
+    ax.legend(fontsize=FONT, frameon=False, loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=2 * world_size)
     return ax.figure
 
 
-def walkthrough_frame(k: int, steps) -> str:
-    """The text the player shows at step k: `holdings_text` of that step."""
-    return holdings_text(steps[k])
-
-
-def walkthrough_player(steps, world_size: int, mode: str = "text", interval_ms: int = 1200):
-    """Play + slider (jslink'ed) over the walkthrough; text in a <pre> or `draw_zero_step` as PNG."""
-    import ipywidgets as w
-    if mode not in ("text", "plot"):
-        raise ValueError(f"mode={mode!r}: must be 'text' or 'plot'")
-    last = len(steps) - 1
-    play = w.Play(value=0, min=0, max=last, step=1, interval=interval_ms, description="play")
-    slider = w.IntSlider(value=0, min=0, max=last, description="step")
-    w.jslink((play, "value"), (slider, "value"))  # Play drives the slider even without a kernel
-    view = w.HTML() if mode == "text" else w.Image(format="png")
-
-    def show(k: int) -> None:
-        if mode == "text":
-            view.value = f"<pre style='line-height:1.25'>{html.escape(walkthrough_frame(k, steps))}</pre>"
-        else:
-            view.value = figure_png(draw_zero_step(steps[k], world_size))
-
-    slider.observe(lambda change: show(change["new"]), names="value")
-    show(0)
-    return w.VBox([w.HBox([play, slider]), view])
+SHORT = {"forward": "F", "backward": "B", "reduce-scatter": "RS", "all-gather": "AG", "free": "free"}
 
 
 def draw_offload_timeline(steps, gpu: int = 0, ax=None):
@@ -231,24 +200,82 @@ def draw_offload_timeline(steps, gpu: int = 0, ax=None):
 
     n = len(steps[0].gpu_bytes)
     events = [e for e in to_trace(steps) if e.rank in (gpu, n + gpu)]
-    ax = _new_ax(ax, (12, 2.4))
+    ax = _new_ax(ax, (9, 3.4))
     colours = {"compute": "#4c72b0", "comm": "#dd8452", "cpu": "#55a868"}
+    cpu_y = 1.8  # the host's lane; the gap between the lanes holds the copies' labels
     for e in events:
         if e.name.startswith(("to-cpu", "to-gpu")):  # a copy over PCIe: an arrow between the lanes
             down = e.name.startswith("to-cpu")
-            ax.annotate("", xy=(e.start + 0.5, 1 if down else 0), xytext=(e.start + 0.5, 0 if down else 1),
+            ax.annotate("", xy=(e.start + 0.5, cpu_y - 0.3 if down else 0.3),
+                        xytext=(e.start + 0.5, 0.3 if down else cpu_y - 0.3),
                         arrowprops={"arrowstyle": "-|>", "color": colours["comm"], "lw": 2}, gid="copy")
-            ax.text(e.start + 0.55, 0.5, e.name, fontsize=7, va="center", rotation=90)
+            ax.text(e.start + 0.62, cpu_y / 2, e.name, fontsize=FONT, va="center", rotation=90)
             continue
-        y = 1 if e.rank == n + gpu else 0
+        y = cpu_y if e.rank == n + gpu else 0
+        op, *layer = e.name.split()
+        label = "Adam" if e.kind == "cpu" else "\n".join([SHORT.get(op, op), *layer])
         ax.add_patch(Rectangle((e.start, y - 0.3), e.end - e.start, 0.6, facecolor=colours.get(e.kind, "#999999"),
                                edgecolor="white", gid=e.kind))
-        ax.text(e.start + 0.5, y, e.name.replace(" ", "\n"), ha="center", va="center", fontsize=6, color="white")
+        ax.text(e.start + 0.5, y, label, ha="center", va="center", fontsize=FONT, color="white")
     ax.set_xlim(0, max(e.end for e in events))
-    ax.set_ylim(1.6, -0.6)
-    ax.set_yticks([0, 1], [f"GPU{gpu}", f"CPU{gpu} (host)"])
-    ax.set_xlabel("walkthrough step")
+    ax.set_ylim(cpu_y + 0.5, -0.5)
+    ax.set_yticks([0, cpu_y], [f"GPU{gpu}", f"CPU{gpu}\n(host)"], fontsize=FONT)
+    ax.tick_params(axis="x", labelsize=FONT)
+    ax.set_xlabel("walkthrough step  (F forward, B backward, RS reduce-scatter, AG all-gather)", fontsize=FONT)
     ax.set_title("ZeRO-Offload: gradients go down, the CPU runs Adam, parameters come back up",
-                 fontsize=10, loc="left")
+                 fontsize=FONT + 1, loc="left")
     ax.spines[["top", "right"]].set_visible(False)
     return ax.figure
+
+
+# ---------------------------------------------------------------- a real run beside the model
+
+def _kept(mem: dict) -> int:
+    return mem["params"] + mem["grads"] + mem["optimizer"]
+
+
+def draw_real_vs_model(real: dict):
+    """Two panels, one pair of bars per rank: bytes kept (device) and bytes sent in step 0, measured on the
+    real run (solid) beside the model's prediction (hatched). `real`: what `parity.zero.run_zero` returns."""
+    import numpy as np
+    from matplotlib.figure import Figure
+    n = real["world_size"]
+    fig = Figure(figsize=(8.5, 3.4), layout="constrained")
+    panels = [("bytes kept per rank", [_kept(m) for m in real["measured_bytes_per_rank"]],
+               [_kept(m) for m in real["predicted_bytes_per_rank"]]),
+              ("bytes sent in one step", real["bytes_sent_per_rank"], real["predicted_bytes_sent_per_rank"])]
+    x, same = np.arange(n), all(list(measured) == list(model) for _, measured, model in panels)
+    for ax, (title, measured, model) in zip(fig.subplots(1, 2), panels):
+        ax.bar(x - 0.2, measured, 0.4, color="#4c72b0", label="measured (real run)", gid="measured")
+        ax.bar(x + 0.2, model, 0.4, color="white", edgecolor="#4c72b0", hatch="//", label="model", gid="model")
+        for xi, v in zip(x, measured):
+            ax.text(xi - 0.2, v, str(v), ha="center", va="bottom", fontsize=FONT, gid="value")
+        ax.set_xticks(x, [f"rank {r}" for r in range(n)], fontsize=FONT)
+        ax.tick_params(axis="y", labelsize=FONT)
+        ax.set_ylim(0, 1.2 * max(max(measured), max(model), 1))
+        ax.set_title(title, fontsize=FONT)
+        ax.spines[["top", "right"]].set_visible(False)
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=FONT, frameon=False)
+    fig.suptitle(f"ZeRO-{real['stage']} on {n} processes: measured {'=' if same else '≠'} model", fontsize=FONT + 1)
+    return fig
+
+
+def real_run_text(real: dict, layers: int, rank: int = 0) -> str:
+    """A real run in text: bytes per rank beside the model, then one rank's step-0 events beside the
+    walkthrough's (the same names, the same order when the executor follows the walkthrough)."""
+    n, stage = real["world_size"], real["stage"]
+    lines = ["rank  kept B (real / model)  sent B (real / model)"]
+    for r in range(n):
+        kept = f"{_kept(real['measured_bytes_per_rank'][r])} / {_kept(real['predicted_bytes_per_rank'][r])}"
+        sent = f"{real['bytes_sent_per_rank'][r]} / {real['predicted_bytes_sent_per_rank'][r]}"
+        lines.append(f"{r:<4}  {kept:<21}  {sent}")
+    sim = executor_names(walkthrough(stage, layers, n))
+    got = [e.name for e in sorted(real["trace"], key=lambda e: e.start) if e.rank == rank and e.step == 0]
+    width = max(len(name) for name in sim + ["walkthrough"])
+    lines += ["", f"{'walkthrough':<{width}}  real rank {rank}"]
+    for k in range(max(len(sim), len(got))):
+        a, b = (sim[k] if k < len(sim) else "-"), (got[k] if k < len(got) else "-")
+        lines.append(f"{a:<{width}}  {b}" + ("" if a == b else "   ≠"))
+    lines.append("same events in the same order" if sim == got else "the orders differ (≠)")
+    return "\n".join(lines)
+

@@ -8,9 +8,11 @@ Teaches:
 - Plain data parallelism (stage 0) stores all of it on every GPU. ZeRO removes the redundancy in
   three stages: shard the optimizer state (1, P_os), then the gradients too (2, P_os+g), then the
   parameters too (3, P_os+g+p). A sharded state costs 1/N of its full size on each of N GPUs.
-- ZeRO-Offload (built on stage 2) moves the optimizer state and the gradients to the CPU.
+- ZeRO-Offload (built on stage 2) moves the gradients, the optimizer state (with the fp32 master
+  weights) and the update itself to the CPU; the GPU keeps only the 16-bit parameters.
 - Communication stays 2Ψ per step for stages 0-2 (reduce-scatter + all-gather = all-reduce) and
-  grows only to 3Ψ for stage 3 (parameters are gathered twice: for forward and for backward).
+  grows only to 3Ψ for stage 3 (parameters gathered for forward and again for backward, plus the
+  gradients' reduce-scatter).
 
 The ZeRO paper's Figure 1 (Ψ = 7.5 B parameters, 64 GPUs, mixed precision), in GB:
 
@@ -111,7 +113,8 @@ def comm_volume_in_psi(stage: int) -> int:
     """The paper's unit: elements each GPU moves per step, in multiples of Ψ (as N grows large).
 
     Stages 0-2: a reduce-scatter of gradients and an all-gather of parameters (together an
-    all-reduce): 2Ψ. Stage 3: the parameters are all-gathered twice (forward and backward): 3Ψ.
+    all-reduce): 2Ψ. Stage 3: the parameters are all-gathered twice (forward and backward), and the
+    gradients are still reduce-scattered: Ψ + Ψ + Ψ = 3Ψ.
     """
     return 3 if check_int("stage", stage, 0, 3) == 3 else 2
 
@@ -121,12 +124,48 @@ def comm_volume_per_step(layer_numels, stage: int, world_size: int, precision: s
 
     A ring reduce-scatter or all-gather over a buffer of N·S elements makes every GPU send
     (N-1) shards of S elements: (N-1)/N of the (padded) buffer. Parameters travel in the parameter
-    dtype and gradients in the gradient dtype (2 bytes in mixed precision, 4 in fp32), so:
-    stages 0-2: (N-1)·ΣS·2g bytes, stage 3: (N-1)·ΣS·(2p + g). As N grows this tends to 2Ψ and 3Ψ
+    dtype p and gradients in the gradient dtype g (2 bytes each in mixed precision, 4 in fp32), so:
+    stage 0 (all-reduce = reduce-scatter + all-gather of gradients): (N-1)·ΣS·2g bytes, stages 1-2
+    (gradients reduce-scattered, parameters all-gathered): (N-1)·ΣS·(g + p), stage 3 (parameters
+    gathered twice): (N-1)·ΣS·(2p + g). As N grows this tends to 2Ψ and 3Ψ
     elements (`comm_volume_in_psi`). Offload adds host transfers (PCIe), not counted here.
     """
     numels = _layers(layer_numels)
     prec = _check(stage, world_size, precision)
     shard = sum(shard_numel(p, world_size) for p in numels)
-    per_shard = 2 * prec.param + prec.grad if stage == 3 else 2 * prec.grad
+    per_shard = (2 * prec.grad, prec.grad + prec.param, prec.grad + prec.param, 2 * prec.param + prec.grad)[stage]
     return (world_size - 1) * shard * per_shard
+
+
+def peak_per_gpu_bytes(layer_numels, world_size: int, stage: int, offload: bool = False,
+                       precision: str = "mixed") -> int:
+    """GPU bytes of model state at the step's peak: `per_gpu_bytes` plus what a step holds for a moment.
+
+    Stages 2 and 3 hold one layer's *full* gradient between its backward and its reduce-scatter (the
+    steady state keeps only the own shard of it, or nothing under offload); stage 3 also holds that
+    layer's gathered parameters. The largest layer sets the peak. This is `sim.zero.peak_bytes` for
+    any model (the walkthrough's peak, step by step, equals it: tests/sim/test_zero.py)."""
+    numels = _layers(layer_numels)
+    prec = _check(stage, world_size, precision)
+    steady = per_gpu_bytes(numels, world_size, stage, offload, precision)["total"]
+    largest = max(padded_numel(p, world_size) for p in numels)  # N·S: a gathered layer, padding included
+    own = shard_numel(max(numels), world_size)
+    grads = (largest - (0 if offload else own)) * prec.grad if stage >= 2 else 0
+    params = (largest - own) * prec.param if stage == 3 else 0
+    return steady + grads + params
+
+
+def smallest_world_size(layer_numels, stage: int, capacity: int, offload: bool = False,
+                        precision: str = "mixed", limit: int = 1 << 20) -> int | None:
+    """The fewest GPUs whose peak (`peak_per_gpu_bytes`) fits in `capacity` bytes, or None if no number
+    up to `limit` does (stages 0-2 keep full parameters on every GPU: more GPUs cannot shrink those)."""
+    check_int("capacity", capacity, 1)
+    check_int("limit", limit, 1)
+    fits = lambda n: peak_per_gpu_bytes(layer_numels, n, stage, offload, precision) <= capacity  # noqa: E731
+    if not fits(limit):
+        return None
+    low, high = 1, limit  # the peak never grows with N (but for a few padding elements): bisect
+    while low < high:
+        mid = (low + high) // 2
+        low, high = (low, mid) if fits(mid) else (mid + 1, high)
+    return low

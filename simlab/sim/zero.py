@@ -4,13 +4,20 @@ optimizer state, after every collective, compute and free.
 Teaches (the primer's scene: layers La, Lb, Lc, each cut into one block per GPU; GPU i *owns*
 block i of every layer, a_i, b_i, c_i):
 - Stage 0 (plain DP) keeps everything everywhere and all-reduces each layer's gradients.
-- Stage 1 keeps full parameters and gradients but only its own optimizer shard: reduce-scatter the
-  gradients, update the own blocks, all-gather the updated parameters. Same 2Ψ traffic as DP.
-- Stage 2 also drops the gradients it does not own, layer by layer during backward.
+- Stage 1 keeps full parameters and gradients but only its own optimizer shard: after backward it
+  reduce-scatters the gradients of all layers (one bucket, as the executor does), updates its own
+  blocks, and all-gathers the updated parameters (one bucket). Same 2Ψ traffic as DP.
+- Stage 2 also drops the gradients it does not own, layer by layer during backward: each layer's
+  reduce-scatter leaves only the own block's summed gradient.
 - Stage 3 keeps only its own parameter blocks: before each layer's forward *and* backward it
-  gathers the others, and frees them right after. That is the extra Ψ: 3Ψ per step.
+  gathers the others, and frees them right after (in backward before the gradients' reduce-scatter,
+  as FSDP2 does). Traffic: Ψ (forward gathers) + Ψ (backward gathers) + Ψ (the gradients'
+  reduce-scatter) = 3Ψ per step.
 - Offload (on stage 2 or 3): the owned gradients go down to the CPU, the CPU runs Adam, and the
   updated parameters come back up. `to_trace` lays it out on GPU and CPU lanes.
+
+The event names and their order are the executor's (`simlab.exec.zero`, layers L0, L1, … there):
+`simlab.parity.zero.compare_with_walkthrough` holds a real run to them, event for event.
 
 Memory is counted in the same bytes as `simlab.sim.memory.per_gpu_bytes`: the state at the start
 (and end) of a step equals it exactly; the peak adds only the transient full layer.
@@ -36,10 +43,10 @@ class ZeroStep:
     """One event of the step and the holdings *after* it (sets of block names like "a0")."""
 
     index: int
-    name: str  # short label, also the Trace event name: "all-gather La", "free La", "step"
+    name: str  # short label, also the Trace event name: "all-gather La", "free La", "reduce-scatter Lc Lb La"
     kind: str  # "state" (the starting point) | "compute" | "comm" | "cpu"
     op: str  # start, forward, backward, all-gather, reduce-scatter, all-reduce, free, step, to-cpu, to-gpu
-    layer: str | None
+    layer: str | None  # None: no layer (start, step) or a bucket of several layers (stage 1)
     description: str
     holdings: tuple  # per GPU: {"params": frozenset, "grads": ..., "optim": ...}
     cpu: tuple  # per GPU's host: {"grads": frozenset, "optim": frozenset}; empty sets without offload
@@ -52,6 +59,10 @@ class ZeroStep:
 
 def _order(block: str):
     return block[0], int(block[1:])  # "c10" after "c2"
+
+
+def _one(layers):
+    return layers[0] if len(layers) == 1 else None  # a bucket of several layers has no single layer
 
 
 class _Scene:
@@ -100,23 +111,40 @@ class _Scene:
     def others(self, layer, g):
         return [blk for blk in self.blocks[layer] if blk != self.blocks[layer][g]]
 
-    def all_gather(self, layer, why):
-        """Every GPU sends its own block once around the ring: (N-1) blocks sent per GPU."""
-        got = [self.others(layer, g) for g in range(self.n)]
+    def all_gather(self, layers, why):
+        """Every GPU sends its own block of each layer once around the ring: (N-1) blocks per layer.
+
+        Several layers make one bucket (stage 1, like the executor): one collective, one latency."""
+        got = [[blk for layer in layers for blk in self.others(layer, g)] for g in range(self.n)]
         for g in range(self.n):
             self.gpu[g]["params"] |= set(got[g])
-        gets = [f"{blk} from GPU{j}" for j, blk in enumerate(self.blocks[layer]) if j] or ["nothing"]
-        gets = " and ".join(filter(None, [", ".join(gets[:-1]), gets[-1]]))  # "x, y and z"
-        self.record(f"all-gather {layer}", "comm", "all-gather", layer, f"{layer} {why}: GPU0 gathers "
-                    f"{gets}", got, (self.n - 1) * self.b * self.prec.param)
+        first = self.blocks[layers[0]]
+        if len(layers) == 1:
+            gets = [f"{blk} from GPU{j}" for j, blk in enumerate(first) if j] or ["nothing"]
+            gets = " and ".join(filter(None, [", ".join(gets[:-1]), gets[-1]]))  # "x, y and z"
+            what = f"{layers[0]} {why}: GPU0 gathers {gets}"
+        else:
+            what = (f"{why} of {', '.join(layers)} in one bucket: GPU0 gathers every other GPU's blocks "
+                    f"({', '.join(b for b in got[0]) or 'nothing'})")
+        self.record(f"all-gather {' '.join(layers)}", "comm", "all-gather", _one(layers), what, got,
+                    (self.n - 1) * len(layers) * self.b * self.prec.param)
 
-    def reduce_scatter(self, layer):
-        """Each GPU ends with the sum over GPUs of its own block's gradient: (N-1) blocks sent."""
-        self.record(f"reduce-scatter {layer}", "comm", "reduce-scatter", layer,
-                    f"{layer} grads: reduce-scatter, each GPU keeps the summed gradient of its own block "
-                    f"(GPU0: {self.blocks[layer][0]})",
-                    [{self.blocks[layer][g]} for g in range(self.n)] if self.n > 1 else None,
-                    (self.n - 1) * self.b * self.prec.grad)
+    def reduce_scatter(self, layers):
+        """Each GPU ends with the sum over GPUs of its own blocks' gradients: (N-1) blocks per layer sent.
+
+        From stage 2 on, the reduced shard replaces the full gradient: the other blocks go at once."""
+        own = [[self.blocks[layer][g] for layer in layers] for g in range(self.n)]
+        if self.stage >= 2:
+            for g in range(self.n):
+                for layer in layers:
+                    self.gpu[g]["grads"] -= set(self.others(layer, g))
+        grads = f"{layers[0]} grads" if len(layers) == 1 else f"grads of {', '.join(layers)} in one bucket"
+        self.record(f"reduce-scatter {' '.join(layers)}", "comm", "reduce-scatter", _one(layers),
+                    f"{grads}: reduce-scatter, each GPU keeps the summed gradient of its own block"
+                    f"{'s' if len(layers) > 1 else ''} (GPU0: {', '.join(own[0])})"
+                    + ("; the others' blocks are freed" if self.stage >= 2 and self.n > 1 else ""),
+                    [set(o) for o in own] if self.n > 1 else None,
+                    (self.n - 1) * len(layers) * self.b * self.prec.grad)
 
     def free(self, layer, kinds, when):
         for g in range(self.n):
@@ -133,7 +161,7 @@ class _Scene:
                 h["grads"] |= set(self.blocks[layer])
         action = "runs" if op == "forward" else "computes the gradients of all blocks of"
         self.record(f"{op} {layer}", "compute", op, layer,
-                    f"{layer} {op}: every GPU {action} {layer} on its own micro-batch")
+                    f"{layer} {op}: every GPU {action} {layer} on its own slice of the batch")
 
     def to_cpu(self, layer):
         for g in range(self.n):
@@ -160,26 +188,27 @@ def walkthrough(stage: int, layers: int = 3, world_size: int = 3, offload: bool 
     n, b, prec = world_size, block_numel, s.prec
     for layer in s.names:
         if stage == 3:
-            s.all_gather(layer, "forward")
+            s.all_gather([layer], "forward")
         s.compute(layer, "forward")
         if stage == 3:
             s.free(layer, ["params"], "forward done")
     for layer in reversed(s.names):  # gradients appear from the last layer
         if stage == 3:
-            s.all_gather(layer, "backward")
+            s.all_gather([layer], "backward")
         s.compute(layer, "backward")
         if stage == 0:  # DDP: each layer's gradients are all-reduced as soon as they exist
             s.record(f"all-reduce {layer}", "comm", "all-reduce", layer, f"{layer} grads: all-reduce, "
                      f"every GPU gets the sum of every block", [s.blocks[layer]] * n if n > 1 else None,
                      2 * (n - 1) * b * prec.grad)
-        elif stage >= 2:  # reduce right away so the non-owned gradients can be freed
-            s.reduce_scatter(layer)
-            s.free(layer, ["params", "grads"] if stage == 3 else ["grads"], "backward done")
+            continue
+        if stage == 3:  # the gathered params are no longer needed: free them before reducing (as FSDP2 does)
+            s.free(layer, ["params"], "backward done")
+        if stage >= 2:  # reduce right away: the reduced shard replaces the full gradient
+            s.reduce_scatter([layer])
             if offload:
                 s.to_cpu(layer)
-    if stage == 1:  # gradients stay full-size; only the own block's sum is needed for the update
-        for layer in reversed(s.names):
-            s.reduce_scatter(layer)
+    if stage == 1:  # gradients stay full-size until the step: reduce all layers at once, in one bucket
+        s.reduce_scatter(list(reversed(s.names)))
     mine = ", ".join(sorted(s.own[0], key=_order))
     if offload:
         s.record("step", "cpu", "step", None, f"optimizer step on the CPU: GPU0's host runs Adam on {mine}")
@@ -190,9 +219,11 @@ def walkthrough(stage: int, layers: int = 3, world_size: int = 3, offload: bool 
     else:
         s.record("step", "compute", "step", None, f"optimizer step: GPU0 runs Adam on its own {mine} "
                  f"(its optimizer shard)" + ("; its other parameter blocks are stale" if stage < 3 else ""))
-    if 1 <= stage <= 2:  # bring everyone's updated blocks back: the second Ψ
+    if stage == 1:  # bring everyone's updated blocks back: the second Ψ, one bucket as for the grads
+        s.all_gather(s.names, "updated params")
+    elif stage == 2:  # layer by layer: each layer's params are whole again as soon as its gather is done
         for layer in s.names:
-            s.all_gather(layer, "updated params")
+            s.all_gather([layer], "updated params")
     return s.steps
 
 
@@ -216,6 +247,12 @@ def comm_bytes(steps) -> list[int]:
     """Bytes each GPU sent to other GPUs over the whole step (host transfers not included)."""
     _check_steps(steps)
     return [sum(st.bytes_sent[g] for st in steps) for g in range(len(steps[0].bytes_sent))]
+
+
+def executor_names(steps) -> list[str]:
+    """The events after "start", named as the executor names them: layers L0, L1, … for La, Lb, …"""
+    rename = lambda w: f"L{ord(w[1]) - ord('a')}" if len(w) == 2 and w[0] == "L" and w[1].islower() else w  # noqa: E731
+    return [" ".join(map(rename, st.name.split())) for st in _check_steps(steps)[1:]]
 
 
 def to_trace(steps) -> Trace:

@@ -9,6 +9,7 @@ import torch
 import simlab.exec.zero as Z
 from simlab.exec.launch import launch
 from simlab.parity.zero import compare_with_walkthrough, run_zero
+from simlab.sim.zero import walkthrough
 
 TOL = 1e-5  # fp32: the grads are summed in another order, nothing more
 SIZES = (5, 7, 3)  # layers of 42 and 24 params: 42 is padded at n = 4 (S = 11); test_shards covers the rest
@@ -73,15 +74,16 @@ def test_memory_shrinks_stage_by_stage():
 
 def test_trace_order(run):
     names = [e.name for e in run["trace"].for_rank(run["world_size"] - 1).at_step(2)]
-    if run["stage"] == 1:  # everything after backward, inside step(): one bucket for all layers
-        assert names == ["reduce-scatter L1 L0", "step L0", "step L1", "all-gather L0 L1"]
+    fwd = ["forward L0", "forward L1"]
+    if run["stage"] == 1:  # reduce and gather after backward, inside step(): one bucket for all layers
+        assert names == fwd + ["backward L1", "backward L0", "reduce-scatter L1 L0", "step", "all-gather L0 L1"]
     elif run["stage"] == 2:  # reduce-scatters during backward, last layer first, full grads freed
-        assert names == ["reduce-scatter L1", "reduce-scatter L0", "step L0", "all-gather L0", "step L1",
-                         "all-gather L1"]
+        assert names == fwd + ["backward L1", "reduce-scatter L1", "backward L0", "reduce-scatter L0", "step",
+                               "all-gather L0", "all-gather L1"]
     else:  # gather just before use, free right after, twice per layer; no all-gather after the step
         assert names == ["all-gather L0", "forward L0", "free L0", "all-gather L1", "forward L1", "free L1",
                          "all-gather L1", "backward L1", "free L1", "reduce-scatter L1",
-                         "all-gather L0", "backward L0", "free L0", "reduce-scatter L0", "step L0", "step L1"]
+                         "all-gather L0", "backward L0", "free L0", "reduce-scatter L0", "step"]
     n, trace = run["world_size"], run["trace"]
     assert {e.kind for e in trace} == {"comm", "compute"} and all(e.end >= e.start for e in trace)
     shards = [math.ceil((a + 1) * b / n) for a, b in zip(SIZES, SIZES[1:])]  # per layer: S
@@ -148,8 +150,12 @@ def test_real_collectives_follow_the_simulated_walkthrough(stage):
     from simlab.trace import Event, Trace
 
     res = run_zero(stage, world_size=3, steps=1, global_batch=6, sizes=(5, 7, 3, 4), compare_torch=False)
-    assert compare_with_walkthrough(res["trace"], stage, layers=3, world_size=3)["same_collectives"]
+    for rank in range(3):  # every rank runs the walkthrough's events in the walkthrough's order
+        lined_up = compare_with_walkthrough(res["trace"], stage, layers=3, world_size=3, rank=rank)
+        assert lined_up["same_order"] and lined_up["same_collectives"]
+        assert lined_up["real"] == lined_up["simulated"] and len(lined_up["real"]) == len(walkthrough(stage)) - 1
     dropped = Trace(e if e.name.split()[0] != "all-gather" else
                     Event(**{**e.__dict__, "name": " ".join(w for w in e.name.split() if w != "L1")})
                     for e in res["trace"])  # layer L1 never gathered (stage 1 gathers all layers in one)
-    assert not compare_with_walkthrough(dropped, stage, layers=3, world_size=3)["same_collectives"]
+    wrong = compare_with_walkthrough(dropped, stage, layers=3, world_size=3)
+    assert not wrong["same_collectives"] and not wrong["same_order"]

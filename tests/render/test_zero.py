@@ -8,11 +8,10 @@ matplotlib.use("Agg")
 from simlab.sim.memory import per_gpu_bytes  # noqa: E402
 from simlab.sim.zero import holdings_text, walkthrough  # noqa: E402
 from simlab.render.zero import (calculator_frame, calculator_rows, draw_memory_bars,  # noqa: E402
-                                     draw_memory_curve, draw_zero_step, memory_calculator,
-                                     walkthrough_frame, walkthrough_player)
+                                draw_memory_curve, draw_zero_step, gb)
 
 PSI, N = 7_500_000_000, 64
-PAPER_GB = ["120", "31.40625", "16.640625", "1.875"]  # ZeRO paper, Figure 1
+PAPER_GB = ["120", "31.4", "16.6", "1.88"]  # ZeRO paper, Figure 1 (120, 31.4, 16.6, 1.9 GB), 3 digits
 
 
 def bars(fig, gid):
@@ -32,6 +31,12 @@ def test_bar_heights_are_per_gpu_bytes():
     assert bars(fig, "cpu") == []  # no host bar without offload
 
 
+@pytest.mark.parametrize("nbytes, label", [(120e9, "120"), (31.40625e9, "31.4"), (1.875e9, "1.88"),
+                                           (0.234375e9, "0.234"), (1120e9, "1120"), (0, "0"), (1e5, "<0.001")])
+def test_gb_labels_have_meaningful_digits(nbytes, label):
+    assert gb(nbytes) == label
+
+
 def test_calculator_frame_shows_the_papers_numbers():
     fig, text = calculator_frame(7.5e9, 64, "mixed")
     for number in PAPER_GB:
@@ -47,13 +52,6 @@ def test_calculator_offload_only_on_stages_2_and_3():
     assert [b.get_height() for b in bars(fig, "cpu")] == pytest.approx([r["cpu"] / 1e9 for r in rows])
 
 
-def test_calculator_widget_builds():
-    box = memory_calculator()
-    assert isinstance(box, w.VBox)
-    image, table = box.children[2:]
-    assert image.value[:4] == b"\x89PNG" and "31.40625" in table.value
-
-
 @pytest.mark.parametrize("stage,offload", [(0, False), (1, False), (2, False), (3, False), (2, True), (3, True)])
 def test_zero_step_grid_has_one_box_per_held_block(stage, offload):
     steps = walkthrough(stage, offload=offload)
@@ -66,7 +64,7 @@ def test_zero_step_grid_has_one_box_per_held_block(stage, offload):
         assert len([p for p in ax.patches if p.get_gid() == "block"]) == len(held)
         names = sorted(t.get_text() for t in ax.texts if t.get_text()[:1] in "abc" and t.get_text()[1:].isdigit())
         assert names == held
-        assert st.name in ax.get_title() and st.description in ax.get_title()
+        assert st.name in ax.get_title() and st.description == " ".join(ax.get_title().split("\n")[1:])
 
 
 def test_seed_scene_stage3_gather():
@@ -86,29 +84,6 @@ def test_memory_curve_lines():
     assert len(draw_memory_curve(walkthrough(1), 3).axes[0].lines) == 3
 
 
-@pytest.mark.parametrize("mode", ["text", "plot"])
-def test_walkthrough_player(mode):
-    steps = walkthrough(3)
-    box = walkthrough_player(steps, 3, mode=mode)
-    (play, slider), view = box.children[0].children, box.children[1]
-    assert isinstance(play, w.Play) and slider.max == play.max == len(steps) - 1
-    slider.value = 4
-    if mode == "text":
-        assert view.value.startswith("<pre") and "step 4: " + steps[4].name in view.value
-    else:
-        assert view.value[:4] == b"\x89PNG"
-
-
-def test_walkthrough_frame_is_holdings_text():
-    steps = walkthrough(2, offload=True)
-    assert [walkthrough_frame(k, steps) for k in range(len(steps))] == [holdings_text(s) for s in steps]
-
-
-def test_player_rejects_unknown_mode():
-    with pytest.raises(ValueError, match="mode"):
-        walkthrough_player(walkthrough(0), 3, mode="video")
-
-
 def test_offload_timeline_draws_every_copy_and_the_cpu_step():
     from simlab.render.zero import draw_offload_timeline
     from simlab.sim.zero import walkthrough
@@ -118,3 +93,34 @@ def test_offload_timeline_draws_every_copy_and_the_cpu_step():
     copies = [s for s in steps if s.name.startswith(("to-cpu", "to-gpu"))]
     assert sum(a.get_gid() == "copy" for a in ax.texts + ax.patches + list(ax.get_children())) >= len(copies) > 0
     assert [p.get_gid() for p in ax.patches].count("cpu") == sum(s.kind == "cpu" for s in steps)
+
+
+def _lesson_cells():
+    import json
+    from pathlib import Path
+    nb = json.loads((Path(__file__).parents[2] / "notebooks" / "03_zero.ipynb").read_text())
+    return {c["id"]: c for c in nb["cells"]}
+
+
+def test_lesson_explains_the_peaks_it_prints():
+    """The sentence about the walkthrough's peaks uses the numbers the model and the printed table give."""
+    from simlab.sim.zero import peak_bytes
+    cells = _lesson_cells()
+    text = "".join(cells["l3-peak-why"]["source"])
+    printed = "".join("".join(o.get("text", [])) for o in cells["94997e7d"]["outputs"])
+    between = [per_gpu_bytes([3] * 3, 3, s, precision="mixed")["total"] for s in range(4)]
+    peak = [peak_bytes(walkthrough(s))[0] for s in range(4)]
+    grads, gathered = peak[2] - between[2], peak[3] - between[3] - (peak[2] - between[2])  # one layer's extras
+    assert f"= {between[3]};" in text and f"= {between[2]}." in text and f"+{grads}, so stage 2 peaks at {peak[2]}" in text
+    assert f"(+{gathered}): {between[3]} + {grads} + {gathered} = {peak[3]}" in text
+    assert f"{peak[0]} and {peak[1]}" in text
+    for s in range(4):  # the stored output shows the same numbers
+        assert printed.splitlines()[1 + s].split()[2:] == [str(between[s]), str(peak[s]), str(peak[s])]
+
+
+def test_lesson_calculator_starts_where_the_paper_table_ends():
+    cells = _lesson_cells()
+    printed = "".join("".join(o.get("text", [])) for o in cells["24f717fe"]["outputs"])
+    assert "7.5 B" in "".join(cells["dab555a7"]["source"]) and "64 GPUs" in "".join(cells["dab555a7"]["source"])
+    assert "".join(cells["e823e5cb"]["source"]) == "memory_calculator()"  # its defaults: tests/render/test_zero_widgets.py
+    assert [row.split()[-1] for row in printed.splitlines()[1:5]] == PAPER_GB

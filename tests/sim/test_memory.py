@@ -127,3 +127,34 @@ def test_comm_volume_errors():
         comm_volume_per_step(10, 1, 2, "int8")
     with pytest.raises(ValueError, match="world_size=0"):
         comm_volume_per_step(10, 1, 0)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "mixed", "mixed-fp32-grads"])
+@pytest.mark.parametrize("layers, n, b", [(1, 1, 1), (3, 3, 1), (2, 4, 5), (4, 2, 3)])
+@pytest.mark.parametrize("stage, offload", [(0, False), (1, False), (2, False), (3, False), (2, True), (3, True)])
+def test_peak_is_the_walkthroughs_peak(stage, offload, layers, n, b, precision):
+    """The closed form equals the peak found by stepping through a training step event by event."""
+    from simlab.sim.memory import peak_per_gpu_bytes
+    from simlab.sim.zero import peak_bytes, walkthrough
+    stepped = peak_bytes(walkthrough(stage, layers, n, offload, precision, block_numel=b))
+    assert stepped == [peak_per_gpu_bytes([n * b] * layers, n, stage, offload, precision)] * n
+
+
+def test_smallest_world_size_is_the_first_that_fits():
+    from simlab.sim.memory import peak_per_gpu_bytes, smallest_world_size
+    layers, cap = [875_000_000] * 80, 80 * 10**9  # 70 B parameters, an 80 GB GPU
+    for stage, offload, want in [(3, False, 15), (3, True, 2)]:
+        n = smallest_world_size(layers, stage, cap, offload)
+        assert n == want
+        assert peak_per_gpu_bytes(layers, n, stage, offload) <= cap < peak_per_gpu_bytes(layers, n - 1, stage, offload)
+    assert [smallest_world_size(layers, s, cap) for s in (0, 1, 2)] == [None] * 3  # full params: 140 GB
+    assert smallest_world_size(layers, 2, cap, offload=True) is None
+    assert smallest_world_size([10], 0, 160) == 1  # 16 B × 10 fits one GPU of 160 B
+
+
+@pytest.mark.parametrize("kwargs, message", [(dict(capacity=0), "capacity=0"), (dict(limit=0), "limit=0"),
+                                             (dict(stage=5), "stage=5")])
+def test_smallest_world_size_refuses_bad_input(kwargs, message):
+    from simlab.sim.memory import smallest_world_size
+    with pytest.raises(ValueError, match=message):
+        smallest_world_size(**({"layer_numels": [10], "stage": 3, "capacity": 100} | kwargs))

@@ -1,0 +1,165 @@
+"""Lesson 3's widgets, built through their own API: the memory calculator starts exactly at the paper's
+numbers, the walkthrough player holds one frame per step, and the explorer's button runs the chosen stage on
+real processes and shows the measured numbers. Every figure's text is ≥ 10 pt at ≤ ~9.6 inches wide, so
+≥ 14 px on screen, and no legend covers a label."""
+import ipywidgets as w
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from matplotlib.text import Text  # noqa: E402
+
+from simlab.render.mpl import PIXEL_SCALE, figure_png, png_size  # noqa: E402
+from simlab.render.player import FramePlayer  # noqa: E402
+from simlab.render.zero import (calculator_frame, draw_memory_curve, draw_offload_timeline,  # noqa: E402
+                                draw_real_vs_model, draw_zero_step, real_run_text)
+from simlab.render.zero_widgets import memory_calculator, walkthrough_player, zero_explorer  # noqa: E402
+from simlab.sim.memory import comm_volume_per_step, per_gpu_bytes  # noqa: E402
+from simlab.sim.zero import holdings_text, walkthrough  # noqa: E402
+
+SIZES = (5, 7, 3, 4)  # the lesson's MLP: three Linears of 42, 24, 16 parameters
+LAYERS = [42, 24, 16]
+MAX_CSS_PX = 960  # wider pictures are shrunk by the notebook's column, and their text with them
+
+
+def run_real(stage):
+    from simlab.parity.zero import run_zero
+    return run_zero(stage, world_size=3, steps=1, global_batch=6, sizes=SIZES, compare_torch=False)
+
+
+def readable(fig):
+    """Every visible text ≥ 10 pt, the picture ≤ MAX_CSS_PX wide: ≥ 14 px as shown."""
+    width = png_size(figure_png(fig))[0] / PIXEL_SCALE
+    assert width <= MAX_CSS_PX, f"{width} px wide"
+    small = [(t.get_text(), t.get_fontsize()) for t in fig.findobj(Text)
+             if t.get_visible() and t.get_text().strip() and t.get_fontsize() < 10]
+    assert small == []
+
+
+def no_legend_covers(fig, gid):
+    renderer = fig.canvas.get_renderer() if hasattr(fig.canvas, "get_renderer") else None
+    figure_png(fig)  # lays the figure out
+    renderer = fig.canvas.get_renderer()
+    legends = [lg for lg in fig.legends + [ax.get_legend() for ax in fig.axes] if lg is not None]
+    labels = [t for ax in fig.axes for t in ax.texts if t.get_gid() == gid]
+    assert labels and legends
+    for lg in legends:
+        box = lg.get_window_extent(renderer)
+        assert not any(box.overlaps(t.get_window_extent(renderer)) for t in labels)
+
+
+# ---------------------------------------------------------------- the memory calculator
+
+def test_calculator_starts_exactly_at_the_papers_example():
+    panel = memory_calculator()
+    assert repr(panel) == "▶ run this cell to get the memory calculator"
+    knobs = panel.knobs
+    assert knobs["params"].value == 7.5e9 and knobs["params"].label == "7.5 B"  # not 7.94e9: explicit options
+    assert knobs["gpus"].value == 64 and knobs["precision"].value == "mixed"
+    for knob in (knobs["params"], knobs["gpus"]):  # every slider's default lies on its grid
+        assert isinstance(knob, w.SelectionSlider) and knob.value == [v for _, v in knob.options][knob.index]
+    from simlab.render.controls import off_grid
+    assert off_grid(panel) == [] and off_grid(zero_explorer(run_real)) == []  # the toolkit's own grid check
+    image, table = panel.children[2], panel.children[3]
+    assert image.value[:4] == b"\x89PNG" and image.layout.display is None
+    assert int(image.width) == round(png_size(image.value)[0] / PIXEL_SCALE)  # natural size
+    for total in ("120", "31.4", "16.6", "1.88"):  # the paper's Figure 1, as the lesson printed it
+        assert f">{total}<" in table.value
+    assert "white-space:nowrap" in table.value
+
+
+def test_calculator_follows_its_knobs():
+    panel = memory_calculator()
+    panel.knobs["params"].value = 1.75e11
+    panel.knobs["offload"].value = True
+    rows = per_gpu_bytes(175_000_000_000, 64, 3, offload=True, precision="mixed")
+    assert f">{rows['total'] / 1e9:.3g}<" in panel.children[3].value  # 175 B, stage 3 + offload
+
+
+def test_calculator_refuses_an_off_grid_default_in_one_line():
+    with pytest.raises(ValueError, match=r"params=7.9e\+09, gpus=64: the calculator offers") as err:
+        memory_calculator(params=7.9e9)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("gpus, offload", [(64, False), (1, True), (1024, True)])
+def test_calculator_figure_is_readable_and_its_legend_covers_no_label(gpus, offload):
+    fig, _ = calculator_frame(7.5e9, gpus, "mixed", offload)
+    readable(fig)
+    no_legend_covers(fig, "total")
+
+
+# ---------------------------------------------------------------- the walkthrough
+
+@pytest.mark.parametrize("stage, offload", [(3, False), (2, True)])
+def test_walkthrough_player_has_one_frame_per_step(stage, offload):
+    steps = walkthrough(stage, offload=offload)
+    player = walkthrough_player(steps, 3)
+    assert isinstance(player, FramePlayer) and repr(player).startswith("▶ run this cell")
+    assert player.count == len(player.frames) == len(steps)
+    assert all(holdings_text(st).split("\n")[0] in cap for st, cap in zip(steps, player.captions))
+    assert "white-space:pre" in player.captions[0]  # the table scrolls, never wraps mid-word
+    import base64
+    sizes = {png_size(base64.b64decode(f)) for f in player.frames}
+    assert len(sizes) == 1  # every frame the same size: the picture does not jump while playing
+
+
+@pytest.mark.parametrize("fig", [
+    lambda: draw_zero_step(walkthrough(3)[1], 3), lambda: draw_zero_step(walkthrough(2, offload=True)[5], 3),
+    lambda: draw_zero_step(walkthrough(1, world_size=8)[1], 8), lambda: draw_memory_curve(walkthrough(3), 3),
+    lambda: draw_memory_curve(walkthrough(2, offload=True), 3),
+    lambda: draw_offload_timeline(walkthrough(2, offload=True))], ids=lambda f: "")
+def test_walkthrough_figures_are_readable(fig):
+    readable(fig())
+
+
+# ---------------------------------------------------------------- the real run
+
+def test_explorer_runs_the_chosen_stage_for_real():
+    panel = zero_explorer(run_real)
+    assert repr(panel) == "▶ run this cell to get the walkthrough and its real run"
+    assert panel.pick.value == 3 and panel.player.count == len(walkthrough(3))
+    panel.pick.value = 2  # the walkthrough and the simulated trace follow the picked stage
+    assert panel.player.count == len(walkthrough(2)) and "zero2_simulated.json" in panel.sim_link.value
+    control = panel.control
+    assert control.image.layout.display == "none"  # hidden until a run has a picture
+    real = control.run_now()
+    assert control.error is None and real["stage"] == 2
+    assert control.image.value[:4] == b"\x89PNG" and control.image.layout.display is None
+    kept = [sum(m[k] for k in ("params", "grads", "optimizer")) for m in real["measured_bytes_per_rank"]]
+    model = per_gpu_bytes(LAYERS, 3, 2, precision="fp32")
+    assert kept == [model["params"] + model["grads"] + model["optimizer"]] * 3  # 168 + 112 + 224 B
+    sent = comm_volume_per_step(LAYERS, 2, 3, "fp32")
+    text = control.readout.value
+    assert f"{kept[0]} / {kept[0]}" in text and f"{sent} / {sent}" in text and real["bytes_sent_per_rank"] == [sent] * 3
+    assert "same events in the same order" in text and "≠" not in text
+    assert "zero2_real.json" in control.extra.children[0].value
+
+
+def test_real_run_view_is_readable_and_marks_a_different_order():
+    real = run_real(3)
+    fig = draw_real_vs_model(real)
+    readable(fig)
+    values = [t.get_text() for ax in fig.axes for t in ax.texts if t.get_gid() == "value"]
+    assert values == [str(v) for v in [sum(real["measured_bytes_per_rank"][0][k] for k in
+                                           ("params", "grads", "optimizer"))] * 3 + real["bytes_sent_per_rank"]]
+    assert fig._suptitle.get_text() == "ZeRO-3 on 3 processes: measured = model"
+    worse = {**real, "bytes_sent_per_rank": [v + 4 for v in real["bytes_sent_per_rank"]]}
+    assert "measured ≠ model" in draw_real_vs_model(worse)._suptitle.get_text()
+    assert "same events in the same order" in real_run_text(real, 3)
+    assert "the orders differ (≠)" in real_run_text({**real, "stage": 2}, 3)  # a stage 3 run against stage 2
+
+
+def test_a_failed_run_is_one_line():
+    def broken(stage):
+        raise RuntimeError("rank 1 hung\nmore detail")
+    control = zero_explorer(broken).control
+    assert control.run_now() is None
+    assert "real run failed: RuntimeError: rank 1 hung" in control.readout.value
+    assert "more detail" not in control.readout.value and control.image.layout.display == "none"
+
+
+def test_explorer_refuses_stage_0():
+    with pytest.raises(ValueError, match="stage=0: the real run has stages 1, 2 and 3"):
+        zero_explorer(run_real, stage=0)
