@@ -22,6 +22,7 @@ def test_schedule_json_has_the_lists_and_the_closed_form_bubble(name, p, m, v, b
     out = _json(argv + t, capsys)
     assert len(out["ranks"]) == p and sum(len(r) for r in out["ranks"]) == 2 * p * m * v
     assert out["bubble_fraction"] == pytest.approx(bubble)
+    assert out["bubble_ratio"] == pytest.approx(bubble / (1 - bubble))  # idle / ideal, the papers' (p-1)/m
     assert out["makespan"] > 0 and len(out["peak_activations"]) == p
 
 
@@ -78,6 +79,9 @@ def test_run_pp_json_matches_one_process_and_the_simulator(capsys):
     out = _json(["run", "pp", "--schedule", "1f1b", "--world-size", "4", "--microbatches", "8"], capsys)
     assert out["schedule"] == "1f1b" and out["max_abs_diff_vs_reference"] < 1e-5
     assert 0 < out["measured_bubble_fraction"] < 1 and 0 < out["simulated_bubble_fraction"] < 1
+    for which in ("measured", "simulated"):  # both conventions: ratio = fraction / (1 - fraction)
+        f = out[f"{which}_bubble_fraction"]
+        assert out[f"{which}_bubble_ratio"] == pytest.approx(f / (1 - f))
     assert out["ranks"][3][:2] == ["3F0", "3B0"]  # the last rank alternates from the start
 
 

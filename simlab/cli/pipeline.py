@@ -3,6 +3,9 @@ and `simlab run pp` (the same lists on real processes, against one process and t
 
     simlab schedule 1f1b --stages 4 --microbatches 8 --json
     simlab run pp --schedule 1f1b --world-size 4 --microbatches 8 --json
+
+Both report the bubble two ways: `bubble_fraction` = idle / (ranks × makespan), this course's (p-1)/(m+p-1),
+and `bubble_ratio` = idle / busy, the (p-1)/m of Megatron-LM's paper and the Zero Bubble paper.
 """
 from __future__ import annotations
 
@@ -46,12 +49,13 @@ def cmd_schedule(args) -> dict:
     trace = pipeline.simulate(plan, t_f=args.t_f, t_b=args.t_b, t_w=args.t_w)
     out = {"schedule": args.name, "stages": args.stages, "microbatches": m, "chunks": args.chunks,
            "t_f": args.t_f, "t_b": args.t_b, "t_w": args.t_w, "ranks": [[str(a) for a in acts] for acts in plan],
-           "bubble_fraction": pipeline.bubble_fraction(trace, args.stages),
+           "bubble_fraction": pipeline.bubble_fraction(trace, args.stages),  # idle / total (this course)
+           "bubble_ratio": pipeline.bubble_ratio(trace, args.stages),  # idle / ideal (Megatron, Zero Bubble)
            "peak_activations": pipeline.peak_activations(plan), "makespan": pipeline.makespan(trace)}
     if not args.json:
         print(schedules.format_grid(plan))
-        print(f"makespan {out['makespan']:g}, bubble fraction {out['bubble_fraction']:.4f}, "
-              f"peak activations per rank {out['peak_activations']}")
+        print(f"makespan {out['makespan']:g}, bubble fraction {out['bubble_fraction']:.4f} (idle / total; "
+              f"ratio idle / ideal {out['bubble_ratio']:.4f}), peak activations per rank {out['peak_activations']}")
         if args.gantt:
             print(gantt_text(trace, args.stages))
     return out
@@ -73,7 +77,8 @@ def cmd_pp(args) -> dict:
     res = run_pipeline(args.schedule, world_size=args.world_size, microbatches=m, chunks=args.chunks, steps=2,
                        seed=args.seed, global_batch=args.global_batch, backend=args.backend, timeout=args.timeout)
     return run_output({"schedule": res["schedule_name"]}, res, "microbatches", "chunks", "loss", "reference_loss",
-                      "measured_bubble_fraction", "simulated_bubble_fraction") | {"ranks": res["schedule"]}
+                      "measured_bubble_fraction", "simulated_bubble_fraction", "measured_bubble_ratio",
+                      "simulated_bubble_ratio") | {"ranks": res["schedule"]}
 
 
 def add_commands(sub, run) -> None:

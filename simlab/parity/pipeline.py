@@ -18,10 +18,10 @@ from dataclasses import replace
 import torch
 import torch.distributed as dist
 
-from .._checks import check_bool, check_int, check_positive
+from .._checks import check_bool, check_divisible, check_int, check_positive
 from ..exec.launch import device, launch
 from ..exec.models import make_batch, make_mlp
-from ..exec.pipeline import PipelineRank, make_stages, owner
+from ..exec.pipeline import PipelineRank, owner
 from ..plan import Action
 from ..sim.pipeline_calibrate import bubbles
 from ..sim.pipeline_check import build_schedule, check_pipeline
@@ -30,25 +30,50 @@ from .common import check_run, max_abs_diff, reference_model, result
 from .pipeline_torch import train_torch, why_no_torch
 
 
+def layered_stages(num_stages: int, layers: int, hidden: int, seed: int = 0):
+    """`make_mlp([hidden] * (layers + 1))` cut into `num_stages` stages of layers / num_stages Linear
+    layers each (with their GELUs; the last stage ends on the bare head): the primer's 8 layers on 2 GPUs
+    is `layered_stages(2, 8, h)`, 4 + 4. With one layer per stage it is `exec.pipeline.make_stages`."""
+    k = layers // num_stages
+    model = make_mlp([hidden] * (layers + 1), seed)  # Linear, GELU, …, Linear: 2·layers - 1 modules
+    return [model[2 * k * s:2 * k * (s + 1)] for s in range(num_stages)]
+
+
+class StashCountingRank(PipelineRank):
+    """The executor as it is, plus one real measurement: the most micro-batches whose activations
+    (the stage's input, output and autograd graph, kept in `saved` from F until B or W frees them) this
+    rank held at once during a step — what `sim.pipeline.peak_activations` predicts from the list."""
+
+    def run(self, actions):
+        self.peak_held = 0
+        return super().run(actions)
+
+    def forward(self, a: Action) -> None:
+        super().forward(a)
+        self.peak_held = max(self.peak_held, len(self.saved))
+
+
 def train_pipeline(rank: int, world_size: int, plan, num_stages: int, hidden: int, global_batch: int,
-                   microbatches: int, steps: int, seed: int, lr: float, torch_name: str | None) -> dict:
+                   microbatches: int, steps: int, seed: int, lr: float, torch_name: str | None,
+                   layers: int | None = None) -> dict:
     """Worker: `steps` SGD steps, each one pass through this rank's action list `plan[rank]`; then, if
     `torch_name`, the same with torch's pipelining on twin stages."""
     actions = [Action.parse(a) for a in plan[rank]]
-    stages = make_stages(num_stages, hidden, seed)  # every rank builds all, keeps its own: same init
+    stages = layered_stages(num_stages, layers or num_stages, hidden, seed)  # all built, own kept: same init
     mine = {s: stages[s].to(device()) for s in range(num_stages) if owner(s, world_size) == rank}
     x, y = (t.to(device()) for t in make_batch(global_batch, hidden, hidden, seed))  # (B, h) each
-    runner = PipelineRank(mine, num_stages, x.chunk(microbatches), y.chunk(microbatches))
+    runner = StashCountingRank(mine, num_stages, x.chunk(microbatches), y.chunk(microbatches))
     params = [p for stage in mine.values() for p in stage.parameters()]
     opt = torch.optim.SGD(params, lr=lr) if params else None
     keyed = lambda f: {(s, i): f(p) for s in mine for i, p in enumerate(mine[s].parameters())}  # noqa: E731
-    out = {"losses": [], "events": [], "t0": [], "ready": [], "backend": dist.get_backend()}
+    out = {"losses": [], "events": [], "t0": [], "ready": [], "peak_held": [], "backend": dist.get_backend()}
     for step in range(steps):
         for p in params:
             p.grad = None
         out["events"].append(runner.run(actions))  # absolute clock readings: the parent aligns the ranks
         out["t0"].append(runner.t0)
         out["ready"].append(runner.ready)
+        out["peak_held"].append(runner.peak_held)
         out["losses"].append(sum(runner.losses.values()) if num_stages - 1 in mine else None)
         if step == 0:
             out["bytes_sent"] = runner.bytes_sent  # one step's activations and input grads
@@ -62,13 +87,16 @@ def train_pipeline(rank: int, world_size: int, plan, num_stages: int, hidden: in
     return out
 
 
-def reference(num_stages: int, hidden: int, global_batch: int, steps: int, seed: int, lr: float):
+def reference(num_stages: int, hidden: int, global_batch: int, steps: int, seed: int, lr: float,
+              layers: int | None = None):
     """One process, the whole model, the whole batch: (losses, last step's grads, final params), the
     grads and params keyed (stage, index) like the ranks'."""
-    losses, model = reference_model(lambda: make_mlp([hidden] * (num_stages + 1), seed),
+    layers = layers or num_stages
+    k = layers // num_stages  # layers per stage
+    losses, model = reference_model(lambda: make_mlp([hidden] * (layers + 1), seed),
                                     make_batch(global_batch, hidden, hidden, seed), steps, lr)
     keyed = lambda f: {(s, i): f(p) for s in range(num_stages)  # noqa: E731
-                       for i, p in enumerate(model[2 * s:2 * s + 2].parameters())}
+                       for i, p in enumerate(model[2 * k * s:2 * k * (s + 1)].parameters())}
     return losses, keyed(lambda p: p.grad.clone()), keyed(lambda p: p.detach().clone())
 
 
@@ -87,13 +115,16 @@ def _merged(ranks, key) -> dict:
 
 def run_pipeline(schedule="1f1b", world_size: int = 4, microbatches: int = 8, chunks: int = 1, steps: int = 1,
                  seed: int = 0, global_batch: int = 16, hidden: int = 16, lr: float = 0.1,
-                 backend: str = "auto", timeout: float = 60.0, check: bool = True, compare_torch: bool = True) -> dict:
+                 backend: str = "auto", timeout: float = 60.0, check: bool = True, compare_torch: bool = True,
+                 layers: int | None = None) -> dict:
     """Launch `world_size` ranks running `schedule` (a name, or one action list per rank); compare with
     one process on the whole model and batch, and with torch's pipelining where it has the schedule.
     With steps > 1 the first step is warm-up for timing. `check=False` runs a hand-made list without
-    validating it first (it may then time out).
+    validating it first (it may then time out). `layers`: Linear layers in the whole model, split
+    evenly over the stages (default one per stage; the primer's case is world_size=2, layers=8).
     "traces": one Trace per step, seconds from that step's start, all ranks on one clock;
-    "output_ready": per step, {action name: when its output was computed} on the same axis."""
+    "output_ready": per step, {action name: when its output was computed} on the same axis;
+    "measured_peak_activations": per rank, the most micro-batches' activations it really held at once."""
     backend = check_run(world_size, backend, timeout, seed)
     check_pipeline(schedule, world_size, microbatches, chunks, global_batch)
     check_int("steps", steps, 1)
@@ -101,14 +132,19 @@ def run_pipeline(schedule="1f1b", world_size: int = 4, microbatches: int = 8, ch
     check_positive("lr", lr)
     check_bool("compare_torch", compare_torch)
     plan = build_schedule(schedule, world_size, microbatches, chunks, check)
-    why = why_no_torch(schedule, world_size, microbatches) if compare_torch else "compare_torch=False"
     num_stages = world_size * chunks
-    ref_losses, ref_grads, ref_params = reference(num_stages, hidden, global_batch, steps, seed, lr)
+    if layers is not None:
+        check_int("layers", layers, 1)
+        check_divisible("layers", layers, "stages", num_stages)
+    why = why_no_torch(schedule, world_size, microbatches) if compare_torch else "compare_torch=False"
+    if why is None and layers not in (None, num_stages):  # the torch twin is built one layer per stage
+        why = f"layers={layers}: the torch.distributed.pipelining twin has one layer per stage"
+    ref_losses, ref_grads, ref_params = reference(num_stages, hidden, global_batch, steps, seed, lr, layers)
     if why is None:
         import torch.distributed.pipelining  # noqa: F401  import once here: every forked rank inherits it
     strs = [[str(a) for a in actions] for actions in plan]
     ranks = launch(train_pipeline, world_size, strs, num_stages, hidden, global_batch, microbatches, steps,
-                   seed, lr, None if why else schedule, backend=backend, timeout=timeout)
+                   seed, lr, None if why else schedule, layers, backend=backend, timeout=timeout)
     last = ranks[owner(num_stages - 1, world_size)]
     losses, params = last["losses"], _merged(ranks, "params")
     vs_ref = max([abs(a - b) for a, b in zip(losses, ref_losses)]
@@ -123,7 +159,9 @@ def run_pipeline(schedule="1f1b", world_size: int = 4, microbatches: int = 8, ch
                   schedule=strs, schedule_name=schedule if isinstance(schedule, str) else None,
                   microbatches=microbatches, chunks=chunks, num_stages=num_stages, losses=losses,
                   loss=losses[-1], reference_losses=ref_losses, reference_loss=ref_losses[-1], traces=traces,
-                  output_ready=ready) | bubbles(timed, plan, world_size, num_stages)
+                  output_ready=ready, layers=layers or num_stages,
+                  measured_peak_activations=[max(r["peak_held"]) for r in ranks]) | bubbles(timed, plan, world_size,
+                                                                                             num_stages)
 
 
 def compare_bubbles(schedule="1f1b", world_size: int = 4, microbatches: int = 8, chunks: int = 1,

@@ -7,7 +7,8 @@ micro-batch; with several chunks per rank (interleaved) later chunks are drawn l
 the bubble.
 
 - `draw_gantt(trace, ranks, until=…)`: a matplotlib Figure; `until` draws only what has started by then,
-  with a cursor — the step slider of the lesson.
+  with a cursor (a static "up to time t"; the explorer's player greys out the rest in the browser
+  instead, on one picture). Text is MIN_FONT or larger as shown; the legend sits outside the axes.
 - `gantt_text(trace, ranks)`: the same chart as fixed-width text, for nbval to compare.
 - `draw_sim_vs_real(sim, real, ranks)`: the simulation above the real run, on one time axis.
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 import math
 
 from ..plan import Action
-from .mpl import _new_ax, _time_unit
+from .mpl import MIN_FONT, _new_ax, _time_unit
 
 OP_COLOR = {"F": "#4c72b0", "B": "#55a868", "I": "#8ccf8f", "W": "#c9a227"}
 OP_NAME = {"F": "forward", "B": "backward", "I": "backward-input", "W": "backward-weight"}
@@ -53,40 +54,76 @@ def _shade(color: str, chunk: int) -> str:
     return "#" + "".join(f"{round(c + (255 - c) * mix):02x}" for c in rgb)
 
 
+GANTT_MARGINS = dict(left=0.8, right=1.8, top=0.4, bottom=0.55)  # inches: rank names, legend, title, time axis
+
+
+def _gantt_axes(ranks: int):
+    """A Figure of fixed margins for one Gantt chart: no layout engine to run on every redraw (it cost
+    about a third of an explorer update), and the axes sit where the margins say."""
+    from matplotlib.figure import Figure
+    width, height = 10.0, 0.55 + 0.45 * ranks + GANTT_MARGINS["top"] + GANTT_MARGINS["bottom"] - 0.2
+    fig = Figure(figsize=(width, height))
+    m = GANTT_MARGINS
+    fig.subplots_adjust(left=m["left"] / width, right=1 - m["right"] / width, top=1 - m["top"] / height,
+                        bottom=m["bottom"] / height)
+    return fig.add_subplot()
+
+
+LABEL_INCHES = (0.09, 0.06)  # a box label at MIN_FONT needs 0.09 in per digit plus 0.06 in of margin
+MAX_EDGED = 512  # boxes drawn with a white outline; more are too narrow for one to show, and outlines cost
+MAX_LABELS = 100  # past this many fitting labels, none: each costs ~1 ms per draw, and the player draws twice
+
+
 def draw_gantt(trace, ranks: int, ax=None, title: str | None = None, until: float | None = None,
-               span: float | None = None):
-    """Rank 0 on top; a box per action, labelled with its micro-batch. Returns the Figure.
+               span: float | None = None, max_labels: int = MAX_LABELS):
+    """Rank 0 on top; a box per action, labelled with its micro-batch where the label fits. Returns the
+    Figure. All boxes are one PolyCollection (gid "actions"): thousands of them draw in milliseconds,
+    where one Rectangle patch each took seconds, so an explorer can redraw on every knob change.
 
     until: draw only actions started by then (clipped at it) and a cursor there. span: the time axis
-    length, so several charts can share one scale."""
-    from matplotlib.patches import Patch, Rectangle
+    length, so several charts can share one scale. max_labels: more labels than this fit, none is drawn
+    (an explorer that redraws on every change asks for fewer)."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.patches import Patch
     acts = _actions(trace)
-    ax = _new_ax(ax, (10, 0.6 + 0.45 * ranks))
+    ax = ax if ax is not None else _gantt_axes(ranks)
     t0 = min((e.start for e, _ in acts), default=0.0)
     span = span or (max((e.end for e, _ in acts), default=1.0) - t0) or 1.0
     scale, unit = _time_unit(span)
+    inches = ax.figure.get_figwidth() * ax.get_position().width * 0.9  # the axes' width, before layout
+    verts, colors, labels = [], [], []
     for e, a in acts:
         if until is not None and e.start - t0 >= until:
             continue
         end = e.end if until is None else min(e.end, t0 + until)
-        chunk = a.stage // ranks
-        ax.add_patch(Rectangle(((e.start - t0) * scale, e.rank - ROW / 2), (end - e.start) * scale, ROW,
-                               facecolor=_shade(OP_COLOR[a.op], chunk), edgecolor="white", linewidth=0.5))
-        if (e.end - e.start) / span > 0.012 * len(str(a.mb)) and end == e.end:  # only if the label fits
-            ax.text((e.start - t0 + (e.end - e.start) / 2) * scale, e.rank, str(a.mb), ha="center",
-                    va="center", fontsize=7, color="white" if a.op in "FB" else "black")
+        x0, x1 = (e.start - t0) * scale, (end - t0) * scale
+        verts.append([(x0, e.rank - ROW / 2), (x0, e.rank + ROW / 2), (x1, e.rank + ROW / 2), (x1, e.rank - ROW / 2)])
+        colors.append(_shade(OP_COLOR[a.op], a.stage // ranks))
+        if end == e.end and (e.end - e.start) / span * inches >= LABEL_INCHES[0] * len(str(a.mb)) + LABEL_INCHES[1]:
+            dark = a.op in "FB" and a.stage < ranks  # later chunks are drawn lighter: black reads better there
+            labels.append(((x0 + x1) / 2, e.rank, str(a.mb), "white" if dark else "black"))
+    edge = 0.5 if len(verts) <= MAX_EDGED else 0.0  # white gaps between boxes; past that they are too thin to see
+    boxes = PolyCollection(verts, facecolors=colors, edgecolors="white", linewidths=edge, gid="actions")
+    boxes.set_in_layout(False)
+    ax.add_collection(boxes)
+    for x, y, text, color in labels if len(labels) <= max_labels else []:
+        ax.text(x, y, text, ha="center", va="center", fontsize=MIN_FONT, color=color).set_in_layout(False)
     if until is not None:
         ax.axvline(until * scale, color="#d62728", linewidth=1)
     ax.set_xlim(0, span * scale)
     ax.set_ylim(ranks - 0.5, -0.5)
-    ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)], fontsize=8)
-    ax.set_xlabel(f"time ({unit})" if unit != "s" or span > 100 else "time")
+    ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)], fontsize=MIN_FONT)
+    ax.tick_params(axis="x", labelsize=MIN_FONT)
+    ax.set_xlabel(f"time ({unit})" if unit != "s" or span > 100 else "time", fontsize=MIN_FONT)
     used = list(dict.fromkeys(a.op for _, a in acts))
-    ax.legend(handles=[Patch(color=OP_COLOR[op], label=OP_NAME[op]) for op in used], fontsize=8,
-              loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    handles = [Patch(color=OP_COLOR[op], label=OP_NAME[op]) for op in used]
+    if any(a.stage >= ranks for _, a in acts):  # interleaved: say what the lighter shades are
+        handles.append(Patch(color=_shade(OP_COLOR["F"], 1), label="lighter: later chunk"))
+    ax.legend(handles=handles, fontsize=MIN_FONT,
+              loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)  # outside: never over a box
     ax.spines[["top", "right"]].set_visible(False)
     if title:
-        ax.set_title(title, fontsize=10, loc="left")
+        ax.set_title(title, fontsize=MIN_FONT + 1, loc="left")
     return ax.figure
 
 
@@ -153,4 +190,5 @@ def draw_sim_vs_real(sim_trace, real_trace, ranks: int, titles=("simulated", "re
     spans = [max(e.end for e in t) - min(e.start for e in t) for t in (sim_trace, real_trace)]
     for ax, trace, title in zip((top, bottom), (sim_trace, real_trace), titles):
         draw_gantt(trace, ranks, ax=ax, title=title, span=max(spans))
+    top.set_xlabel("")  # the shared axis is labelled once, under the panel that shows its ticks
     return fig

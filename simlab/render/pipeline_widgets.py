@@ -1,106 +1,170 @@
-"""Lesson 4's schedule explorer: schedule, p, m, v and t_B/t_F drive the Gantt chart and the readouts;
-a button runs the same schedule on p real processes and draws it under its simulation.
+"""Lesson 4's schedule explorer: schedule, p, m, v and t_B/t_F drive one simulated Gantt chart and a
+readout table; a time player greys out what has not run yet; a button runs the same schedule on p real
+processes and draws it under its simulation.
 
 Every number it shows comes from `simlab.sim.pipeline.explore` (which moves knobs a schedule cannot take
-to the nearest it can); this module only draws. The real run is not started here: the notebook hands
-the explorer a function that runs it (`simlab.parity.pipeline.run_pipeline`), as renderers start no
-processes. `explorer_frame` and `real_frame` are the pure parts, so tests need no browser.
+to the nearest it can); this module only draws. A knob change simulates once and draws one picture;
+playing the timeline then happens in the browser (`player.reveal_player`: the picture is not redrawn
+per tick), so Play takes about ten seconds whatever the schedule's size. The real run is not started
+here: the notebook hands the explorer a function that runs it (`simlab.parity.pipeline.run_pipeline`),
+as renderers start no processes. `explorer_frame`, `real_run` and `real_view` are the pure parts, so
+tests need no browser.
 """
 from __future__ import annotations
 
-import html
+import bisect
 
-from ..sim.pipeline import explore
-from ..sim.schedules import SCHEDULES, nearest_valid
-from .mpl import figure_png
+from .._checks import check_choice, check_int
+from ..sim.pipeline import explore, peak_activations
+from ..sim.schedules import SCHEDULES, make_schedule, nearest_valid
+from .controls import Panel, run_control, table_html, trace_link, trace_link_html
 from .pipeline import draw_gantt, draw_sim_vs_real
+from .player import reveal_player
 
 NAMES = tuple(SCHEDULES)  # naive, gpipe, 1f1b, interleaved, zero-bubble
+RATIOS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0)  # t_B / t_F: the slider's exact values (2: the lesson's)
+LIMITS = {"stages": (1, 8), "microbatches": (1, 32), "chunks": (1, 4)}  # the sliders' ranges
+MAX_FRAMES = 200  # the timeline player's ticks: Play shows them all in about ten seconds
+EXPLORER_LABELS = 32  # box labels cost ~1 ms each per draw: past this many the explorer draws none, so a
+#                       knob change stays near the 250 ms target (the lesson's static charts label more)
+PEAK_UNITS = "peak activations: micro-batch × stage units (interleaved: chunk units, 1/v of a stage each)"
+
+
+def readout_rows(readout: dict) -> list[dict]:
+    """One table row of the simulation's numbers, both bubble conventions side by side."""
+    return [{"schedule": readout["schedule"], "p": readout["stages"], "m": readout["microbatches"],
+             "v": readout["chunks"], "makespan": readout["makespan"],
+             "bubble (idle / total)": readout["bubble_fraction"], "ratio (idle / ideal)": readout["bubble_ratio"],
+             "peak activations per rank": str(readout["peak_activations"])}]
 
 
 def readout_text(readout: dict) -> str:
-    peak = readout["peak_activations"]
+    """The same numbers in one line of text (what a test or a printout reads)."""
     return (f"{readout['schedule']}: p={readout['stages']} m={readout['microbatches']} v={readout['chunks']}   "
-            f"makespan {readout['makespan']:.2f}   bubble {100 * readout['bubble_fraction']:.1f} %   "
-            f"peak activations per rank {peak} (stage × micro-batch units; interleaved: chunk units, 1/v each)")
+            f"makespan {readout['makespan']:.2f}   bubble {100 * readout['bubble_fraction']:.1f} % "
+            f"(ratio {readout['bubble_ratio']:.3f})   peak activations per rank {readout['peak_activations']}")
+
+
+def chart_title(readout: dict, ratio: float) -> str:
+    chunks = f", v={readout['chunks']}" if readout["schedule"] == "interleaved" else ""
+    return (f"{readout['schedule']}: p={readout['stages']}, m={readout['microbatches']}{chunks}, "
+            f"t_B / t_F = {ratio:g} (simulated)")
 
 
 def explorer_frame(name: str, stages: int, microbatches: int, chunks: int = 1, ratio: float = 2.0,
                    until: float | None = None):
-    """(figure, readout text) for one position of the knobs; `until` is the step slider's time."""
-    return frame_of(explore(name, stages, microbatches, chunks, ratio), until)
+    """(figure, readout text) for one position of the knobs; `until` draws only what has started by then."""
+    return frame_of(explore(name, stages, microbatches, chunks, ratio), ratio, until)
 
 
-def frame_of(run, until: float | None = None):
-    """(figure, readout text) of an `explore` result: the slider redraws without re-simulating."""
+def frame_of(run, ratio: float = 2.0, until: float | None = None):
+    """(figure, readout text) of an `explore` result."""
     _, trace, readout = run
-    fig = draw_gantt(trace, readout["stages"], until=until, title=readout_text(readout))
+    fig = draw_gantt(trace, readout["stages"], until=until, title=chart_title(readout, ratio))
     return fig, readout_text(readout)
 
 
-def real_frame(run, name: str, stages: int, microbatches: int, chunks: int = 1, hidden: int = 256):
-    """(figure, text): the knobs' schedule run on `stages` real processes by `run` (`run_pipeline`),
-    drawn under its simulation fed the run's own per-action times; parity with one process is shown."""
+def timeline_ticks(trace, max_frames: int = MAX_FRAMES) -> tuple[list[float], list[str]]:
+    """The player's frames: time 0 and every moment an action ends (at most `max_frames`, evenly
+    picked, the last always kept), with a caption each saying how much of the step has run."""
+    ends = sorted(e.end for e in trace)
+    t0 = min((e.start for e in trace), default=0.0)
+    moments = sorted({t0, *ends})
+    if len(moments) > max_frames:  # keep the first and the last, spread the rest evenly
+        step = (len(moments) - 1) / (max_frames - 1)
+        moments = [moments[round(k * step)] for k in range(max_frames)]
+    total, span = len(ends), (moments[-1] - t0) or 1.0
+    captions = [f"time {x - t0:.3g} of {span:.3g}: {bisect.bisect_right(ends, x + 1e-12 * span)} of {total} "
+                f"actions done" for x in moments]
+    return [x - t0 for x in moments], captions
+
+
+def real_run(run, name: str, stages: int, microbatches: int, chunks: int = 1, hidden: int = 256) -> dict:
+    """The knobs' schedule (moved to what it can take) on `stages` real processes, by `run`
+    (`run_pipeline`): two steps, the second timed; no torch comparison (the lesson shows that)."""
     m, v = nearest_valid(name, stages, microbatches, chunks)
-    res = run(name, stages, m, v, steps=2, global_batch=32 * m, hidden=hidden, compare_torch=False)
+    return run(name, stages, m, v, steps=2, global_batch=32 * m, hidden=hidden, compare_torch=False)
+
+
+def _processes(n: int) -> str:
+    return f"{n} process" + ("" if n == 1 else "es")
+
+
+def real_view(res: dict):
+    """(figure, text, [link]) for a real run: its timeline under the simulation fed the run's own
+    per-action times, parity with one process, both bubbles, the activations each rank really held,
+    and the real trace for Perfetto."""
+    name, p, m, v = res["schedule_name"], res["world_size"], res["microbatches"], res["chunks"]
     ok = "✓" if res["max_abs_diff_vs_reference"] < 1e-5 else "✗"
-    text = (f"{name} on {stages} processes: loss and grads vs one process {ok} "
-            f"(max |diff| {res['max_abs_diff_vs_reference']:.1e}); bubble measured "
-            f"{res['measured_bubble_fraction']:.3f}, simulated with the measured times {res['simulated_bubble_fraction']:.3f}")
-    fig = draw_sim_vs_real(res["simulated_trace"], res["trace"], stages,
-                           titles=("simulated (measured per-action times)", f"real, {stages} processes"))
-    return fig, text
+    planned = peak_activations(make_schedule(name, p, m, v))
+    text = (f"{name} on {_processes(p)}, m={m}: loss and grads = one process {ok} "
+            f"(max |diff| {res['max_abs_diff_vs_reference']:.1e})\n"
+            f"bubble measured {res['measured_bubble_fraction']:.3f} (ratio {res['measured_bubble_ratio']:.2f}), "
+            f"simulated with the measured times {res['simulated_bubble_fraction']:.3f} "
+            f"(ratio {res['simulated_bubble_ratio']:.2f})\n"
+            f"activations held per rank: measured {res['measured_peak_activations']}, simulated {planned}")
+    fig = draw_sim_vs_real(res["simulated_trace"], res["trace"], p,
+                           titles=("simulated, fed the measured per-action times", f"real, {_processes(p)}"))
+    return fig, text, [trace_link(res["trace"], f"pipeline_real_{name}_p{p}_m{m}.json")]
+
+
+def _check_knobs(name, stages, microbatches, chunks, ratio) -> None:
+    """A knob must start on its slider, or the browser would move it and show another value."""
+    check_choice("name", name, NAMES)
+    for key, value in (("stages", stages), ("microbatches", microbatches), ("chunks", chunks)):
+        check_int(key, value, *LIMITS[key])
+    if ratio not in RATIOS:
+        raise ValueError(f"ratio={ratio!r}: must be one of {', '.join(f'{r:g}' for r in RATIOS)}")
 
 
 def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8, chunks: int = 2,
-                      ratio: float = 2.0, run=None):
-    """Knobs → Gantt chart (PNG in an Image widget) + readout; Play/slider walk the timeline. With
-    `run` (e.g. `simlab.parity.pipeline.run_pipeline`), a button runs the knobs' schedule for real."""
+                      ratio: float = 2.0, run=None) -> Panel:
+    """Knobs → one simulated Gantt chart in a time player + a readout table + the simulated trace's link.
+    With `run` (e.g. `simlab.parity.pipeline.run_pipeline`), a button runs the knobs' schedule for real."""
     import ipywidgets as w
-    pick = w.Dropdown(options=NAMES, value=name, description="schedule")
-    p = w.IntSlider(value=stages, min=1, max=8, description="stages p")
-    m = w.IntSlider(value=microbatches, min=1, max=32, description="micro-b. m")
-    v = w.IntSlider(value=chunks, min=1, max=4, description="chunks v")
-    r = w.FloatSlider(value=ratio, min=0.5, max=4.0, step=0.25, description="t_B / t_F")
-    tick = w.IntSlider(value=0, min=0, max=1, description="time")
-    play = w.Play(interval=150)
-    w.jslink((play, "value"), (tick, "value"))
-    image, text = w.Image(format="png"), w.HTML()
+    _check_knobs(name, stages, microbatches, chunks, ratio)
+    slider = dict(continuous_update=False, style={"description_width": "initial"})
+    knobs = {"name": w.Dropdown(options=NAMES, value=name, description="schedule"),
+             "ratio": w.SelectionSlider(options=[(f"{r:g}", r) for r in RATIOS], value=ratio,
+                                        description="t_B / t_F", **slider),
+             "stages": w.IntSlider(stages, *LIMITS["stages"], description="stages p", **slider),
+             "microbatches": w.IntSlider(microbatches, *LIMITS["microbatches"], description="micro-batches m",
+                                         **slider),
+             "chunks": w.IntSlider(chunks, *LIMITS["chunks"], description="chunks v (interleaved)", **slider)}
+    readout, sim_link = w.HTML(), w.HTML()
+    player = None
 
-    state = {}  # the current knobs' simulation: one per knob change, the slider only redraws it
+    def rebuild(_change=None) -> None:  # one simulation and one picture per knob change
+        nonlocal player
+        k = {key: knob.value for key, knob in knobs.items()}
+        sim = explore(k["name"], k["stages"], k["microbatches"], k["chunks"], k["ratio"])
+        fig = draw_gantt(sim[1], k["stages"], title=chart_title(sim[2], k["ratio"]), max_labels=EXPLORER_LABELS)
+        times, captions = timeline_ticks(sim[1])
+        if player is None:
+            player = reveal_player(fig, fig.axes[0], times, captions=captions, label="t ",
+                                   hint="▶ run this cell to get the timeline player")
+        else:
+            player.set_reveal(fig, fig.axes[0], times, captions)
+        r = sim[2]
+        readout.value = table_html(readout_rows(r), list(readout_rows(r)[0])) + f"<small>{PEAK_UNITS}</small>"
+        sim_link.value = trace_link_html(sim[1], f"pipeline_simulated_{r['schedule']}_p{r['stages']}_m"
+                                                 f"{r['microbatches']}.json")
 
-    def rebuild(_=None) -> None:  # knobs changed: new schedule, new time range
-        state["run"] = explore(pick.value, p.value, m.value, v.value, r.value)
-        steps = max(1, round(state["run"][2]["makespan"] * v.value * 4))  # quarter-forward ticks
-        tick.unobserve(draw, names="value")  # one redraw below, not one per trait set here
-        tick.max = play.max = steps
-        tick.value = play.value = steps
-        tick.observe(draw, names="value")
-        draw()
-
-    def draw(_=None) -> None:
-        until = state["run"][2]["makespan"] * tick.value / max(tick.max, 1)
-        fig, readout = frame_of(state["run"], until)
-        image.value = figure_png(fig)
-        text.value = f"<pre>{readout}</pre>"
-
-    go, real_image, real_text = w.Button(description="run on real processes"), w.Image(format="png"), w.HTML()
-
-    def run_real(_=None) -> None:  # a few seconds: p processes, two steps
-        go.disabled, real_text.value = True, "<pre>running…</pre>"
-        try:
-            fig, summary = real_frame(run, pick.value, p.value, m.value, v.value)
-            real_image.value, real_text.value = figure_png(fig), f"<pre>{summary}</pre>"
-        except Exception as err:  # LaunchTimeout, WorkerError, …: say so instead of "running…" forever
-            line = (str(err).strip().splitlines() or [""])[0]
-            real_text.value = f"<pre>real run failed: {type(err).__name__}: {html.escape(line)}</pre>"
-        finally:
-            go.disabled = False
-
-    for knob in (pick, p, m, v, r):
+    for knob in knobs.values():
         knob.observe(rebuild, names="value")
-    tick.observe(draw, names="value")
-    go.on_click(run_real)
     rebuild()
-    real = [go, real_image, real_text] if run is not None else []  # without a run there is nothing to press
-    return w.VBox([w.HBox([pick, r]), w.HBox([p, m, v]), w.HBox([play, tick]), image, text, *real])
+    children = [w.HBox([knobs["name"], knobs["ratio"]]),
+                w.HBox([knobs["stages"], knobs["microbatches"], knobs["chunks"]]), player, readout, sim_link]
+    control = None
+    if run is not None:  # without a run there is nothing to press
+        def run_shown():
+            return real_run(run, *(knobs[key].value for key in ("name", "stages", "microbatches", "chunks")))
+
+        control = run_control(run_shown, real_view, label="run for real",
+                              hint="▶ run this cell to get the real-run button")
+        children.append(control)
+    panel = Panel(children, hint="▶ run this cell to get the schedule explorer")
+    # for tests and curious learners: the knobs, what they show, and the real run's control
+    panel.knobs, panel.player, panel.readout, panel.sim_link, panel.run_control = (knobs, player, readout,
+                                                                                   sim_link, control)
+    return panel

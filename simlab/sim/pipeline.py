@@ -106,11 +106,37 @@ def makespan(trace: Trace) -> float:
 
 
 def bubble_fraction(trace: Trace, ranks: int) -> float:
-    """Idle device-time / (ranks × makespan): the share of the pipeline's time nobody computes."""
+    """Idle device-time / (ranks × makespan): the share of the pipeline's time nobody computes.
+
+    This course's convention (idle / total, at most 1). Megatron-LM's paper, the Zero Bubble paper and
+    the Ultra-Scale Playbook divide by the ideal, busy time instead: `bubble_ratio`."""
     check_int("ranks", ranks, 1, MAX_COUNT)
     span = makespan(trace)
     busy = sum(e.end - e.start for e in trace if e.kind == "compute")
     return (ranks * span - busy) / (ranks * span) if span else 0.0
+
+
+def bubble_ratio(trace: Trace, ranks: int) -> float:
+    """Idle device-time / busy device-time: the papers' convention (Narayanan et al. 2021, t_pb / t_id),
+    which can exceed 1. It equals fraction / (1 − fraction); inf when nobody computes at all.
+
+    >>> from simlab.sim.schedules import one_f_one_b
+    >>> round(bubble_ratio(simulate(one_f_one_b(4, 8)), 4), 3)  # (p-1)/m
+    0.375
+    """
+    return as_ratio(bubble_fraction(trace, ranks))
+
+
+def as_ratio(fraction: float) -> float:
+    """A bubble given as idle / total, rewritten as idle / ideal: f / (1 − f) (the papers' (p-1)/m
+    from this course's (p-1)/(m+p-1)). A pipeline that is all bubble (f = 1) has ratio inf.
+
+    >>> round(as_ratio(3 / 11), 12)
+    0.375
+    """
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+        raise ValueError(f"fraction={fraction!r}: must be a bubble fraction between 0 and 1")
+    return fraction / (1 - fraction) if fraction < 1 else math.inf
 
 
 def peak_activations(schedule) -> list[int]:
@@ -133,20 +159,29 @@ def peak_activations(schedule) -> list[int]:
     return peaks
 
 
-def closed_form_bubble(name: str, stages: int, microbatches: int = 1, chunks: int = 1) -> float:
-    """The papers' bubble fractions, for equal stage times and free transfers (tests hold `simulate` to them):
-    naive (p-1)/p; GPipe and 1F1B (p-1)/(m+p-1); interleaved (p-1)/(v·m+p-1); ZB-H1 (p-1)/(3m+p-1),
-    the last when forward, input-grad and weight-grad take equally long (t_w = t_f, t_b = 2·t_f).
+def closed_form_bubble(name: str, stages: int, microbatches: int = 1, chunks: int = 1,
+                       convention: str = "fraction") -> float:
+    """The bubble for equal stage times and free transfers (tests hold `simulate` to it). As a fraction
+    (idle / total, this course): naive (p-1)/p; GPipe and 1F1B (p-1)/(m+p-1); interleaved (p-1)/(v·m+p-1);
+    ZB-H1 (p-1)/(3m+p-1), the last when forward, input-grad and weight-grad take equally long (t_w = t_f,
+    t_b = 2·t_f). As a ratio (idle / ideal, the papers'): naive p-1; GPipe and 1F1B (p-1)/m (Narayanan
+    et al. 2021); interleaved (p-1)/(v·m); ZB-H1 (p-1)/(3m).
 
     >>> closed_form_bubble("1f1b", 4, 8), closed_form_bubble("interleaved", 4, 8, 2)
     (0.2727272727272727, 0.15789473684210525)
+    >>> closed_form_bubble("1f1b", 4, 8, convention="ratio")
+    0.375
     """
+    check_choice("convention", convention, ("fraction", "ratio"))
     check_choice("name", name, tuple(SCHEDULES))
     p, m, v = check_int("stages", stages, 1), check_int("microbatches", microbatches, 1), check_int("chunks", chunks, 1)
     forms = {"naive": (p - 1) / p, "gpipe": (p - 1) / (m + p - 1), "1f1b": (p - 1) / (m + p - 1),
              "interleaved": (p - 1) / (v * m + p - 1), "zero-bubble": (p - 1) / (3 * m + p - 1)}
     if name == "zero-bubble" and m < p:  # ZB-H1's Ws no longer fill the whole tail: no simple formula
         raise ValueError(f"microbatches={m}: zero-bubble's closed form needs microbatches >= stages={p}")
+    if convention == "ratio":  # idle over the ideal time, the denominator without its p-1 (naive: 1 unit)
+        return {"naive": float(p - 1), "gpipe": (p - 1) / m, "1f1b": (p - 1) / m, "interleaved": (p - 1) / (v * m),
+                "zero-bubble": (p - 1) / (3 * m)}[name]
     return forms[name]
 
 
@@ -167,5 +202,5 @@ def explore(name: str, stages: int, microbatches: int, chunks: int = 1, ratio: f
     trace = simulate(plan, t_f=t_f, t_b=ratio * t_f)
     readout = {"schedule": name, "stages": stages, "microbatches": m, "chunks": v,
                "makespan": makespan(trace), "bubble_fraction": bubble_fraction(trace, stages),
-               "peak_activations": peak_activations(plan)}
+               "bubble_ratio": bubble_ratio(trace, stages), "peak_activations": peak_activations(plan)}
     return plan, trace, readout

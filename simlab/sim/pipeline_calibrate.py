@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 
 from ..plan import Action
-from .pipeline import bubble_fraction, simulate
+from .pipeline import as_ratio, bubble_fraction, simulate
 
 
 def stage_times(traces, num_stages: int) -> dict:
@@ -56,10 +56,15 @@ def action_times(trace, world_size: int) -> list[list[float]]:
 
 def bubbles(traces, plan, world_size: int, num_stages: int) -> dict:
     """Measured bubble fraction and the simulator's, fed each step's measured per-action times and
-    hand-over latency (medians over the timed steps): what is left to disagree is only the waiting."""
+    hand-over latency (medians over the timed steps): what is left to disagree is only the waiting.
+    The same two as ratios (idle / busy) too."""
     latencies = [transfer_time(t, world_size, num_stages) for t in traces]
     sims = [simulate(plan, t_comm=lat, action_times=action_times(t, world_size)) for t, lat in zip(traces, latencies)]
-    return {"measured_bubble_fraction": statistics.median(bubble_fraction(t, world_size) for t in traces),
-            "simulated_bubble_fraction": statistics.median(bubble_fraction(s, world_size) for s in sims),
+    measured = statistics.median(bubble_fraction(t, world_size) for t in traces)
+    simulated = statistics.median(bubble_fraction(s, world_size) for s in sims)
+    # both conventions: idle / total (this course) and idle / ideal (the papers'); the ratio of the median
+    # fraction is the median ratio, as f / (1 - f) only grows with f
+    return {"measured_bubble_fraction": measured, "simulated_bubble_fraction": simulated,
+            "measured_bubble_ratio": as_ratio(measured), "simulated_bubble_ratio": as_ratio(simulated),
             "stage_times": stage_times(traces, num_stages), "transfer_time": statistics.fmean(latencies),
             "simulated_trace": sims[-1]}

@@ -1,0 +1,162 @@
+"""Lesson 4's explorer, built through its own API: knobs on their grids at the lesson's values, one
+simulation per change, a timeline player that plays in about ten seconds, readouts as tables, trace links,
+and a real-run control that really runs (gloo, CPU) and shows what it measured."""
+import base64
+import json
+import re
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from simlab.exec.launch import LaunchTimeout  # noqa: E402
+from simlab.parity.pipeline import run_pipeline  # noqa: E402
+from simlab.render import pipeline_widgets as PW  # noqa: E402
+from simlab.render.mpl import MIN_FONT  # noqa: E402
+from simlab.render.pipeline import draw_gantt, draw_sim_vs_real  # noqa: E402
+from simlab.render.player import FramePlayer  # noqa: E402
+from simlab.sim.pipeline import explore, makespan, simulate  # noqa: E402
+from simlab.sim.schedules import make_schedule  # noqa: E402
+
+LESSON = dict(name="1f1b", stages=4, microbatches=8, chunks=2, ratio=2.0)  # section 7's call
+
+
+@pytest.fixture(scope="module")
+def explorer():
+    return PW.schedule_explorer(**LESSON)
+
+
+def test_a_saved_notebook_shows_a_hint_not_the_widget_tree(explorer):
+    assert repr(explorer) == "▶ run this cell to get the schedule explorer"
+    assert repr(explorer.player) == "▶ run this cell to get the timeline player"
+
+
+def test_every_knob_starts_on_its_grid_at_the_lessons_value(explorer):
+    k = explorer.knobs
+    assert (k["name"].value, k["stages"].value, k["microbatches"].value, k["chunks"].value, k["ratio"].value) == \
+        ("1f1b", 4, 8, 2, 2.0)
+    assert k["ratio"].value in [v for _, v in k["ratio"].options] and k["ratio"].label == "2"
+    for key in ("stages", "microbatches", "chunks"):  # IntSliders: step 1, so on grid iff within range
+        assert k[key].min <= k[key].value <= k[key].max and k[key].step == 1
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(ratio=2.2), "ratio=2.2: must be one of 0.5, 1, 1.5, 2, 2.5, 3, 4"),
+    (dict(stages=9), "stages=9: must be between 1 and 8"),
+    (dict(microbatches=0), "microbatches=0: must be between 1 and 32"),
+    (dict(name="2f2b"), "name='2f2b'"),
+])
+def test_a_knob_off_its_grid_is_refused_in_one_line(kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        PW.schedule_explorer(**(LESSON | kwargs))
+
+
+def test_the_readout_is_a_table_of_the_engines_numbers(explorer):
+    html = explorer.readout.value
+    assert html.startswith("<table") and "bubble (idle / total)" in html and "ratio (idle / ideal)" in html
+    readout = explore("1f1b", 4, 8, 2, 2.0)[2]
+    cells = re.findall(r"<td[^>]*>([^<]*)</td>", html)
+    assert cells[:8] == ["1f1b", "4", "8", "1", "33", "0.2727", "0.375", "[4, 3, 2, 1]"]
+    assert float(cells[5]) == pytest.approx(readout["bubble_fraction"], abs=5e-5)  # (p-1)/(m+p-1) = 3/11
+    assert float(cells[6]) == pytest.approx(readout["bubble_ratio"], abs=5e-4)  # (p-1)/m = 3/8
+
+
+def test_the_player_reveals_one_picture_and_plays_in_about_ten_seconds(explorer):
+    player = explorer.player
+    assert isinstance(player, FramePlayer) and len(player.frames) == 1  # one picture, greyed in the browser
+    times, captions = PW.timeline_ticks(simulate(make_schedule("1f1b", 4, 8)))
+    assert player.count == len(times) == len(player.reveal) and player.value == player.count - 1  # whole chart
+    assert (player.count - 1) * player.interval_ms / 1000 == pytest.approx(10, rel=0.05)
+    assert player.reveal == sorted(player.reveal) and 0 <= player.reveal[0] < player.reveal[-1] <= 1
+    assert player.captions[-1] == "time 33 of 33: 64 of 64 actions done"
+
+
+def test_the_ticks_are_action_ends_capped_for_big_schedules():
+    trace = simulate(make_schedule("1f1b", 2, 2))  # F 0-1, 1-2; 1B0 2-4; 0B0 4-6; …
+    times, captions = PW.timeline_ticks(trace)
+    assert times[0] == 0 and times[-1] == makespan(trace) and captions[0] == "time 0 of 9: 0 of 8 actions done"
+    big = explore("interleaved", 8, 32, 4)[1]
+    times, captions = PW.timeline_ticks(big)
+    assert len(times) == len(captions) == PW.MAX_FRAMES and times[-1] == pytest.approx(makespan(big))
+
+
+def test_a_knob_change_simulates_once_and_replaces_the_picture(monkeypatch):
+    panel = PW.schedule_explorer(**(LESSON | dict(name="gpipe", stages=2, microbatches=4)))
+    calls, real = [], PW.explore
+    monkeypatch.setattr(PW, "explore", lambda *a: calls.append(a) or real(*a))
+    before = panel.player.frames[0]
+    panel.knobs["microbatches"].value = 6
+    assert calls == [("gpipe", 2, 6, 2, 2.0)] and panel.player.frames[0] != before
+    assert "<td style='padding:0 8px;white-space:nowrap'>6</td>" in panel.readout.value
+
+
+def test_the_simulated_trace_link_holds_the_shown_trace(explorer):
+    href = re.search(r"href='data:application/json;base64,([^']+)'", explorer.sim_link.value)[1]
+    events = [e for e in json.loads(base64.b64decode(href))["traceEvents"] if e["ph"] == "X"]
+    assert len(events) == 2 * 4 * 8 and "pipeline_simulated_1f1b_p4_m8.json" in explorer.sim_link.value
+
+
+def test_every_word_on_the_figures_is_at_least_ten_points():
+    fig = draw_gantt(explore("zero-bubble", 4, 8)[1], 4, title="t")
+    sim = simulate(make_schedule("gpipe", 2, 2), t_f=0.001, t_b=0.002)
+    for f in (fig, draw_sim_vs_real(sim, sim, 2)):
+        texts = [t for t in f.findobj(matplotlib.text.Text) if t.get_text()]
+        assert texts and min(t.get_fontsize() for t in texts) >= MIN_FONT
+
+
+def test_box_labels_are_drawn_only_where_they_fit():
+    fig = draw_gantt(simulate(make_schedule("1f1b", 4, 8)), 4)
+    labels = [t for t in fig.axes[0].texts]
+    assert len(labels) == 64  # 10 inches for 33 units: every F (1 unit) and B (2) fits its digit
+    crowded = draw_gantt(explore("interleaved", 8, 32, 4)[1], 8)
+    assert len(crowded.axes[0].texts) == 0  # 2,048 narrow boxes: no labels, and no cost for them
+
+
+# ---------------------------------------------------------------- the real run
+
+def test_run_for_real_shows_the_real_timeline_and_numbers():
+    panel = PW.schedule_explorer(**(LESSON | dict(name="gpipe", stages=2, microbatches=4)), run=run_pipeline)
+    control = panel.run_control
+    assert control.image.layout.display == "none" and not control.image.value  # no broken picture before
+    assert control.button.description == "run for real"
+    res = control.run_now()
+    assert control.error is None and res["schedule_name"] == "gpipe" and res["world_size"] == 2
+    assert control.image.layout.display is None and control.image.value  # the picture appeared
+    text = control.readout.value
+    assert "gpipe on 2 processes, m=4: loss and grads = one process ✓" in text
+    assert f"bubble measured {res['measured_bubble_fraction']:.3f} (ratio {res['measured_bubble_ratio']:.2f})" in text
+    assert "activations held per rank: measured [4, 4], simulated [4, 4]" in text  # the executor's own count
+    (link,) = control.extra.children
+    assert "pipeline_real_gpipe_p2_m4.json" in link.value
+    assert not control.button.disabled
+
+
+def test_real_view_draws_the_simulation_above_the_real_run():
+    res = PW.real_run(run_pipeline, "interleaved", 2, 3, 2)  # m rounded up to 4
+    fig, text, (link,) = PW.real_view(res)
+    top, bottom = fig.axes[:2]
+    n = 2 * 2 * 2 * 4  # p·v stages × F, B × m
+    assert len(top.collections[0].get_paths()) == len(bottom.collections[0].get_paths()) == n
+    assert text.startswith("interleaved on 2 processes, m=4: loss and grads = one process ✓")
+    assert bottom.get_title(loc="left") == "real, 2 processes"
+
+
+def test_one_process_is_singular():
+    res = PW.real_run(run_pipeline, "gpipe", 1, 2, 1)
+    fig, text, _ = PW.real_view(res)
+    assert text.startswith("gpipe on 1 process, m=2") and fig.axes[1].get_title(loc="left") == "real, 1 process"
+
+
+def test_a_failed_run_is_one_line_and_the_button_comes_back():
+    def hanging(*args, **kwargs):
+        raise LaunchTimeout("ranks [0, 1] did not finish within 60 s\nsecond line")
+    panel = PW.schedule_explorer(**LESSON, run=hanging)
+    assert panel.run_control.run_now() is None
+    assert "real run failed: LaunchTimeout: ranks [0, 1] did not finish within 60 s<" in panel.run_control.readout.value
+    assert panel.run_control.image.layout.display == "none" and not panel.run_control.button.disabled
+
+
+def test_without_a_run_there_is_no_button():
+    panel = PW.schedule_explorer(**LESSON)  # renderers start no processes of their own
+    assert panel.run_control is None and len(panel.children) == 5

@@ -1,0 +1,123 @@
+"""Lesson 4's text against the numbers: every value a sentence states is recomputed here from the
+engines, and every printed table is read back from the saved notebook and checked against the closed
+forms, so the prose and the outputs cannot drift apart again."""
+import json
+import re
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from simlab.sim.pipeline import closed_form_bubble, peak_activations
+from simlab.sim.schedules import make_schedule
+
+ROOT = Path(__file__).resolve().parents[2]
+LESSON = ROOT / "notebooks" / "04_pipeline_parallel.ipynb"
+SOLUTION = ROOT / "solutions" / "04_pipeline_parallel.ipynb"
+
+
+def cells(path: Path) -> dict:
+    return {c["id"]: c for c in json.loads(path.read_text())["cells"]}
+
+
+def source(path: Path, cell_id: str) -> str:
+    src = cells(path)[cell_id]["source"]
+    return "".join(src) if isinstance(src, list) else src
+
+
+def printed(path: Path, cell_id: str) -> str:
+    return "".join("".join(o.get("text", "")) for o in cells(path)[cell_id]["outputs"])
+
+
+def test_the_two_conventions_sentence_states_the_closed_forms():
+    text = " ".join(source(LESSON, "f82e63c3").split())
+    m = re.search(r"\(p = (\d+), m = (\d+)\) reads (\d+)/(\d+) = ([\d.]+) here and (\d+)/(\d+) = ([\d.]+) in those", text)
+    p, mbs = int(m[1]), int(m[2])
+    fraction, ratio = Fraction(int(m[3]), int(m[4])), Fraction(int(m[6]), int(m[7]))
+    assert float(fraction) == pytest.approx(closed_form_bubble("1f1b", p, mbs))
+    assert float(ratio) == pytest.approx(closed_form_bubble("1f1b", p, mbs, convention="ratio"))
+    assert f"{float(fraction):.3f}" == m[5] and f"{float(ratio):.3f}" == m[8]
+    assert ratio == fraction / (1 - fraction)  # the conversion the cell states
+    naive = re.search(r"fraction\s+([\d.]+), ratio ([\d.]+)", text)  # "the naive pipeline above"
+    assert float(naive[1]) == closed_form_bubble("naive", 2) and float(naive[2]) == closed_form_bubble(
+        "naive", 2, convention="ratio")
+
+
+def test_the_conventions_cell_prints_the_closed_forms():
+    lines = printed(LESSON, "l4-bubble-conventions").splitlines()
+    for line, (name, p, m) in zip(lines, [("naive", 2, 1), ("1f1b", 4, 8)], strict=True):
+        numbers = [float(x) for x in re.findall(r"\d+\.\d{3}", line)]
+        f, r = closed_form_bubble(name, p, m), closed_form_bubble(name, p, m, convention="ratio")
+        assert numbers == [round(f, 3), round(f, 3), round(r, 3), round(r, 3), round(r, 3)]
+
+
+def test_the_gpipe_table_and_the_sentence_under_it():
+    rows = [line.split() for line in printed(LESSON, "a8347a1f").splitlines()[1:]]
+    assert len(rows) == 8
+    for row in rows:
+        p, m, sim, closed, ratio = int(row[0]), int(row[1]), float(row[2]), float(row[3]), float(row[4])
+        assert sim == closed == round(closed_form_bubble("gpipe", p, m), 4)
+        assert ratio == round((p - 1) / m, 4)  # the papers' (p-1)/m
+    stated = re.search(r"p = (\d+), m = (\d+): (\d+)/(\d+) = ([\d.]+)", " ".join(source(LESSON, "d998c9bd").split()))
+    assert Fraction(int(stated[3]), int(stated[4])) == Fraction(int(stated[1]) - 1, int(stated[2]))
+    assert float(stated[5]) == (int(stated[1]) - 1) / int(stated[2])
+
+
+def test_the_five_schedules_table_prints_both_conventions():
+    for line in printed(LESSON, "7e2add31").splitlines()[1:]:
+        fraction, ratio = (float(x) for x in line.split()[2:4])
+        assert ratio == pytest.approx(fraction / (1 - fraction), abs=2e-3)  # both rounded to 3 digits
+
+
+def test_the_interleaved_rule_is_torchs():
+    """The lesson: torch runs r = max(1, m // p) rounds, needs m % r == 0; with p = 4 every m up to 8 and
+    m = 10 run, m = 9 and 11 are refused. Built with stand-in stages: the check runs in __init__."""
+    from types import SimpleNamespace
+    from torch.distributed.pipelining import ScheduleInterleaved1F1B
+
+    def accepts(p: int, m: int, v: int = 2) -> bool:
+        stages = [SimpleNamespace(num_stages=p * v, group_size=p, group_rank=0, stage_index=c * p, is_last=False)
+                  for c in range(v)]
+        try:
+            ScheduleInterleaved1F1B(stages, m)
+        except ValueError as err:
+            assert "multiple of the number of rounds" in str(err)
+            return False
+        return True
+
+    text = " ".join(source(LESSON, "4440802a").split())
+    assert "r = max(1, ⌊m / p⌋) rounds" in text and "every m up to 8 runs" in text
+    assert all(accepts(4, m) for m in range(1, 9)) and accepts(4, 10)
+    assert not accepts(4, 9) and not accepts(4, 11)
+    assert all(accepts(4, m) == (m % max(1, m // 4) == 0) for m in range(1, 25))
+    with pytest.raises(ValueError, match="interleaved needs a multiple of stages=4"):  # ours follows Megatron
+        make_schedule("interleaved", 4, 6, 2)
+
+
+def test_the_real_runs_print_the_simulators_peaks():
+    primer = printed(LESSON, "l4-primer-real")
+    assert "naive 8 layers on 2 processes (4 + 4), m=1: loss and grads = one process ✓ | trace = simulated ✓" in primer
+    held = [json.loads(x) for x in re.findall(r"activations held per rank (\[[\d, ]+\])", primer)]
+    assert held == [peak_activations(make_schedule("naive", 2)), peak_activations(make_schedule("gpipe", 2, 4))]
+    stated = json.loads(re.search(r"peaks, (\[[\d, ]+\])", source(LESSON, "l4-four-stages"))[1])
+    assert stated == peak_activations(make_schedule("1f1b", 4, 8))
+    assert f"measured {stated} simulated {stated}" in printed(LESSON, "07c644e4")
+
+
+def test_measured_timings_are_never_compared_text():
+    """The bubble a real run measures changes from run to run: its cell is ignored by nbval, and no
+    compared output elsewhere holds a measured bubble."""
+    assert source(LESSON, "f7c95235").startswith("# NBVAL_IGNORE_OUTPUT\n")
+    for cid, cell in cells(LESSON).items():
+        if cell["cell_type"] == "code" and cid != "f7c95235":
+            assert "measured_bubble" not in source(LESSON, cid)
+
+
+@pytest.mark.parametrize("path", [LESSON, SOLUTION])
+def test_each_notebook_ends_with_a_summary_and_the_next_lesson(path):
+    last = source(path, "l4-summary")
+    assert last.startswith("## Summary\n") and list(cells(path))[-1] == "l4-summary"
+    bullets = [line for line in last.splitlines() if line.startswith("- ")]
+    assert 3 <= len(bullets) <= 6
+    nxt = re.search(r"Next: `([^`]+)`", last)[1]
+    assert nxt == "notebooks/05_tensor_parallel.ipynb" and (ROOT / nxt).exists()
