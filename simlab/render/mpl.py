@@ -270,15 +270,15 @@ DISPLAY_DPI, PIXEL_SCALE = 100, 2
 def render_png(fig, with_box: bool = False) -> tuple[bytes, object]:
     """(PNG bytes, the saved region in inches, or None): the figure cropped to its drawn content.
 
-    with_box=True draws the figure first and saves exactly the measured region, so positions in the
-    picture are known (a reveal player's veil); it costs a second draw, so only players ask for it."""
+    with_box=True lays the figure out first and saves exactly the measured region, so positions in the
+    picture are known (a reveal player's veil)."""
     import io
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     if not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)
     bbox = "tight"
     if with_box:
-        fig.canvas.draw()  # lays the figure out (constrained layout runs here)
+        fig.draw_without_rendering()  # lays the figure out (a layout engine runs here) without painting it
         bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(0.1)  # what "tight" would crop to
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DISPLAY_DPI * PIXEL_SCALE, bbox_inches=bbox, pad_inches=0.1)
