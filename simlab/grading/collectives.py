@@ -96,32 +96,48 @@ def check_plan_runs_for_real(plan_fn, world_size: int = 4, numel: int = 10) -> N
 
 # ---- predict, then run: the bytes one rank sends in a real ring all-reduce ---------------------
 
-def _bytes_mistake(predicted, n: int, nbytes: int, measured: int) -> str | None:
-    """Why `predicted` is not what a rank of an n-rank ring all-reduce of `nbytes` sent (None: it is).
-    Each known wrong answer gets its own reason; `measured` is the real run's count."""
+def _half_bytes(plan, rank: int) -> tuple[int, int]:
+    """(reduce-scatter, all-gather) bytes `rank` sends in a ring all-reduce plan: n−1 steps each."""
+    sent = [sum(t.nbytes for t in step if t.src == rank) for step in plan.steps]
+    half = plan.world_size - 1
+    return sum(sent[:half]), sum(sent[half:])
+
+
+def _bytes_mistake(predicted, plan, rank: int, measured: int) -> str | None:
+    """Why `predicted` is not what `rank` sent in the ring all-reduce `plan` (None: it is). Each known
+    wrong answer gets its own reason, worked out from the plan's chunks; `measured` is the real count."""
     if isinstance(predicted, bool) or not isinstance(predicted, (int, float)) or predicted != predicted:
         return f"expected a number of bytes, got {predicted!r}"
     if predicted == measured:
         return None
-    chunk, ring = nbytes // n, 2 * (n - 1) * nbytes // n
-    why = [  # (wrong answer, what it counts); where two coincide (N=4: 2·ring = (N−1)·S) both are said
-        (nbytes, f"{nbytes} B = S is one whole buffer: what a non-root rank of the naive star sends, "
-                 f"not a ring rank, which sends one chunk of S/N = {chunk} B per step"),
-        ((n - 1) * chunk, f"{(n - 1) * chunk} B = (N−1)/N·S is only the reduce-scatter half; the all-gather "
-                          f"half sends another N−1 chunks of {chunk} B"),
-        (2 * ring, f"{2 * ring} B counts bytes sent plus bytes received; the question asks what rank 2 sends"),
-        ((n - 1) * nbytes, f"{(n - 1) * nbytes} B = (N−1)·S is what the naive star's root sends, not a ring rank"),
-        (2 * nbytes, f"{2 * nbytes} B = 2S would be the whole buffer out twice; the ring sends 2(N−1) chunks "
-                     f"of S/N, i.e. 2(N−1)/N·S"),
-        (chunk, f"{chunk} B = S/N is what one step sends; the ring takes 2(N−1) = {2 * (n - 1)} steps"),
-    ]
-    reasons = [reason for wrong, reason in why if predicted == wrong]
+    n, size, sizes = plan.world_size, plan.nbytes, plan.chunk_sizes
+    rs, ag = _half_bytes(plan, rank)
+    right = rs + ag  # what the plan makes this rank send: the theory, independent of the measurement
+    received = sum(t.nbytes for step in plan.steps for t in step if t.dst == rank)
+    skip = f"rank {rank} sends every chunk but chunk {rank} in the reduce-scatter and every chunk but chunk " \
+           f"{(rank + 1) % n} in the all-gather"
+    even = len(set(sizes)) == 1
+    why = [  # (wrong answer, what it counts); where several coincide, all are said
+        (2 * (n - 1) * size / n, f"{2 * (n - 1) * size / n:g} B = 2(N−1)/N·S is the average over ranks; with chunks "
+                                 f"of {', '.join(map(str, sizes))} elements the ranks differ: {skip}"),
+        (rs, f"{rs} B is only the reduce-scatter half; the all-gather sends N−1 more chunks"),
+        (ag, f"{ag} B is only the all-gather half; the reduce-scatter sends N−1 chunks first"),
+        (right + received, f"{right + received} B counts bytes sent plus bytes received; the question asks what "
+                           f"rank {rank} sends"),
+        (size, f"{size} B = S is one whole buffer: what a non-root rank of the naive star sends, not a ring rank, "
+               f"which sends one chunk per step"),
+        ((n - 1) * size, f"{(n - 1) * size} B = (N−1)·S is what the naive star's root sends, not a ring rank"),
+        (2 * size, f"{2 * size} B = 2S would be the whole buffer out twice; the ring sends 2(N−1) chunks, not 2N"),
+    ] + [(plan.itemsize * c, f"{plan.itemsize * c} B is one chunk: what one step sends; the ring takes "
+                             f"2(N−1) = {2 * (n - 1)} steps") for c in sorted(set(sizes))] + [
+        (sent, f"{sent} B is what rank {k} sends; {skip}")
+        for k, sent in enumerate(plan.bytes_sent_per_rank()) if k != rank and not even]
+    reasons = list(dict.fromkeys(reason for wrong, reason in why if predicted == wrong != right))
     if reasons:
         return "; or ".join(reasons)
-    if predicted == ring:  # the closed form, but the real run sent something else: say so, never hide it
-        return f"2(N−1)/N·S = {ring} B is right in theory, but the real run sent {measured} B: rerun it"
-    return (f"the real rank sent {measured} B: 2(N−1) = {2 * (n - 1)} steps of one {chunk} B chunk each, "
-            f"2(N−1)/N·S")
+    if predicted == right:  # the plan's count, but the real run sent something else: say so, never hide it
+        return f"{right} B is right in theory, but the real run sent {measured} B: rerun it"
+    return f"the real rank sent {measured} B: {skip}, {rs} B + {ag} B"
 
 
 def check_bytes_prediction(predicted, result, rank: int = 2) -> None:
@@ -132,15 +148,14 @@ def check_bytes_prediction(predicted, result, rank: int = 2) -> None:
         raise NotImplementedError("exercise: write your prediction (a number of bytes) in the cell above")
     if not isinstance(result, dict) or result.get("name") != "ring-all-reduce":
         fail(title, "result", "pass what run_collective('ring-all-reduce', ...) returned")
-    n, nbytes = result["world_size"], result["plan"].nbytes
+    n, plan = result["world_size"], result["plan"]
     if not 0 <= rank < n:
         fail(title, f"rank={rank}", f"the run has ranks 0..{n - 1}")
-    if len(set(result["plan"].chunk_sizes)) > 1:  # the reasons below speak of chunks of exactly S/N
-        fail(title, f"S = {nbytes} B", f"run a buffer that splits evenly into {n} chunks")
     measured = result["bytes_sent_per_rank"][rank]  # counted by the real rank's recorder, not simulated
-    case = f"rank {rank} of {n}, S = {nbytes} B"
-    problem = _bytes_mistake(predicted, n, nbytes, measured)
+    case = f"rank {rank} of {n}, S = {plan.nbytes} B"
+    problem = _bytes_mistake(predicted, plan, rank, measured)
     if problem:
         fail(title, case, f"you said {predicted!r}: {problem}")
-    closed = " = 2(N−1)/N·S" if measured == 2 * (n - 1) * nbytes // n else ""
-    print(f"{title}: ✓ {case}: rank {rank} really sent {measured} B{closed}, as you predicted")
+    rs, ag = _half_bytes(plan, rank)
+    halves = f" ({rs} B in the reduce-scatter, {ag} B in the all-gather)" if rs + ag == measured else ""
+    print(f"{title}: ✓ {case}: rank {rank} really sent {measured} B{halves}, as you predicted")

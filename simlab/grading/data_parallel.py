@@ -25,7 +25,53 @@ def _backward_orders(n: int) -> list[list[int]]:
 
 def _launch_sequence(readiness_cls, buckets, order) -> list[list[int]]:
     tracker = readiness_cls(buckets)
-    return [list(tracker.mark_ready(p)) for p in order]
+    launches = []
+    for p in order:
+        out = tracker.mark_ready(p)
+        launches.append(None if out is None else list(out))  # None: a forgotten return, said as such
+    return launches
+
+
+def _bucket_mistake(got, sizes: list[int], cap: int, want: list[list[int]]) -> str:
+    """Why a student's buckets differ from `want` (simlab's), in words a learner can act on."""
+    if not isinstance(got, (list, tuple)) or not all(isinstance(b, (list, tuple)) for b in got):
+        return f"returned {got!r}: return a list of buckets, each a list of parameter indices"
+    flat = [i for b in got for i in b]
+    if sorted(flat) != list(range(len(sizes))):
+        return f"buckets {got}: every parameter index 0..{len(sizes) - 1} must be in exactly one bucket"
+    if any(len(b) == 0 for b in got):
+        return f"buckets {got} include an empty one: open a new bucket only when there is a parameter to put in it"
+    if [list(b) for b in got] == torch_rule_buckets(sizes, cap):
+        return (f"buckets {got} follow torch's rule (close a bucket once it reaches the cap, keeping the "
+                f"parameter that crossed it); here a parameter that would not fit starts the next bucket: {want}")
+    over = [list(b) for b in got if len(b) > 1 and sum(sizes[i] for i in b) > cap]
+    if over:
+        return (f"bucket {over[0]} holds {sum(sizes[i] for i in over[0]):,} bytes, over the cap of {cap:,}: "
+                f"start a new bucket when the next parameter would not fit")
+    if flat != list(reversed(range(len(sizes)))):
+        return (f"buckets {got}: walk the parameters last to first (backward produces the last layer's "
+                f"gradients first), so the indices run {len(sizes) - 1}, {len(sizes) - 2}, … 0")
+    return f"buckets {got} but expected {want}: add while the bucket stays within the cap"
+
+
+def _launch_mistake(got: list[list[int]], buckets, order: list[int]) -> str:
+    """Why a student's launch sequence is wrong: the first rule it breaks, replaying the gradients."""
+    ready, launched = set(), []
+    for p, out in zip(order, got):
+        ready.add(p)
+        if out is None:
+            return f"mark_ready({p}) returned None: return a list of bucket indices (empty when none may start)"
+        for b in out:
+            if b in launched:
+                return f"bucket {b} launched twice"
+            if not set(buckets[b]) <= ready:
+                return (f"bucket {b} launched when gradient {p} was ready, before all of its "
+                        f"gradients {list(buckets[b])} were")
+            if b != len(launched):
+                return (f"bucket {b} launched before bucket {len(launched)}: every rank must start them in "
+                        f"bucket order, or the all-reduces pair up wrongly")
+            launched.append(b)
+    return "a bucket waited after it and every earlier one could start: return every bucket that may start now"
 
 
 def check_bucketing(assign_fn, readiness_cls) -> None:
@@ -35,13 +81,15 @@ def check_bucketing(assign_fn, readiness_cls) -> None:
         for cap in BUCKET_CAPS:
             case = f"{model}, cap_bytes={cap}"
             want, got = assign_buckets(sizes, cap), assign_fn(sizes, cap)
-            if [list(b) for b in got] != want:
-                fail(title, case, f"buckets {got} but expected {want}")
+            if not isinstance(got, (list, tuple)) or [list(b) if isinstance(b, (list, tuple)) else b
+                                                      for b in got] != want:
+                fail(title, case, _bucket_mistake(got, sizes, cap, want))
             for order in _backward_orders(len(sizes)):
                 expected = _launch_sequence(BucketReadiness, want, order)
-                if _launch_sequence(readiness_cls, want, order) != expected:
+                launches = _launch_sequence(readiness_cls, want, order)
+                if launches != expected:
                     fail(title, f"{case}, grads ready in order {order}",
-                          f"launches differ from {expected} (a bucket may only go after all earlier ones)")
+                         f"launches differ from {expected}: {_launch_mistake(launches, want, order)}")
             cases += 1
     print(f"{title}: ✓ {cases} model/cap cases: buckets in reverse order under the cap, "
           f"each launched when its last gradient is ready, in bucket order")
@@ -75,11 +123,15 @@ def check_ddp_prediction(predicted_buckets, predicted_bytes, real: dict, cap_byt
         fail(title, f"predicted {_count(predicted_buckets, 'bucket')}", f"the real run formed {buckets}: "
              + why.get(predicted_buckets, "walk the tensors last to first, adding while the total stays <= the cap"))
     if predicted_bytes != sent:
-        why = {model: "that is the model once: a ring all-reduce is a reduce-scatter then an all-gather, "
-                      "each sending (N-1)/N of every bucket",
-               2 * model: f"2x the model is the limit for many ranks; with N={n} each rank sends 2(N-1)/N of it",
-               (n - 1) * model: "that is DP's hub sending the model to N-1 devices; in a ring every rank "
-                                "sends the same 2(N-1)/N of the model"}
+        why = [(model, "that is the model once: a ring all-reduce is a reduce-scatter then an all-gather, "
+                        "each sending (N-1)/N of every bucket"),
+               (2 * model, f"2x the model is the limit for many ranks; with N={n} each rank sends 2(N-1)/N of it"),
+               ((n - 1) * model, "that is DP's hub sending the model to N-1 devices; in a ring every rank "
+                                 "sends the same 2(N-1)/N of the model"),
+               ((n - 1) * model // n, "that is only the reduce-scatter half of each all-reduce; the all-gather "
+                                      "half sends as much again"),
+               (2 * sent, "that counts bytes sent plus bytes received; the question asks what rank 0 sends")]
+        reasons = [reason for wrong, reason in why if wrong == predicted_bytes]  # where two coincide, both
         fail(title, f"predicted {predicted_bytes:,} bytes", f"rank 0 really sent {sent:,} per step: "
-             + why.get(predicted_bytes, "sum 2(N-1)/N of each bucket's bytes"))
+             + ("; or ".join(reasons) or "sum 2(N-1)/N of each bucket's bytes"))
     print(f"{title}: ✓ {_count(buckets, 'bucket')} and {sent:,} bytes from rank 0 per step, as the real run measured")

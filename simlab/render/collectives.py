@@ -18,7 +18,7 @@ from __future__ import annotations
 from ..sim.collectives import power_inputs, ring_all_reduce
 from ..sim.stepper import simulate, step_matches, steps_match
 from .mpl import MIN_FONT, RING_FIGSIZE, draw_ring_step, ring_legend_handles
-from .text import MATCH, header, side_by_side_text, step_text
+from .text import MATCH, header, plural, side_by_side_text, step_text
 
 # ipywidgets and anywidget are imported where a widget is built: drawing and text stay headless
 
@@ -91,10 +91,6 @@ def step_player(sim_steps, plan, real_steps=None, verdicts=None, seconds: float 
 
 # ---- the ring lab: knobs, the simulated ring, and the same ring on real processes ---------------
 
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}es" if noun.endswith("s") else f"{count} {noun}s"
-
-
 def _size(nbytes: int) -> str:
     for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if nbytes >= scale and nbytes % scale == 0:
@@ -106,7 +102,7 @@ def real_run_text(result, sim_steps, verdicts) -> str:
     """What the real run did, in numbers: steps matching, bytes per rank (real and simulated), torch diff."""
     n, plan = result["world_size"], result["plan"]
     return "\n".join([
-        f"{_plural(n, 'process')} ({result['backend']}), ring all-reduce of {_size(plan.nbytes)}: "
+        f"{plural(n, 'process')} ({result['backend']}), ring all-reduce of {_size(plan.nbytes)}: "
         f"{sum(verdicts)}/{len(verdicts)} steps match the simulation",
         f"bytes sent per rank   real {result['bytes_sent_per_rank']}   "
         f"simulated {list(sim_steps[-1].bytes_sent)}",

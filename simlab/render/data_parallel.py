@@ -13,17 +13,13 @@ from __future__ import annotations
 
 from ..sim.calibrate import fit_ddp_workload
 from ..sim.data_parallel import DEFAULT_MPARAMS, compare, scaled_workload, simulate_ddp, simulate_dp
-from .text import _fmt
+from .text import _fmt, mib, plural
 
 # The knobs' values; each default is one of them, and equals the lesson's default scene exactly.
 MODEL_MPARAMS = tuple(DEFAULT_MPARAMS * 2.0 ** k for k in range(-4, 7))  # 0.918 M … 14.7 M … 940 M
 BUCKET_CAP_MB = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0)  # MiB, as torch's
 BANDWIDTH_GBPS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 300.0)
 DEFAULTS = {"world_size": 4, "model_mparams": DEFAULT_MPARAMS, "bucket_cap_mb": 25.0, "bandwidth_gbps": 10.0}
-
-
-def _mib(nbytes: float) -> str:
-    return f"{nbytes / 2**20:.1f} MiB"
 
 
 def explorer_frame(world_size: int, model_mparams: float, bucket_cap_mb: float, bandwidth_gbps: float):
@@ -35,10 +31,10 @@ def explorer_frame(world_size: int, model_mparams: float, bucket_cap_mb: float, 
     c = compare(w)
     fig = draw_dp_vs_ddp(simulate_dp(w), simulate_ddp(w))
     rows = [{"strategy": "DP", "step": _fmt(c["dp_step_seconds"]), "busiest device moves":
-             f"{_mib(c['dp_device0_bytes'])} (device 0)", "others move": _mib(c["dp_max_other_bytes"]),
+             f"{mib(c['dp_device0_bytes'])} (device 0)", "others move": mib(c["dp_max_other_bytes"]),
              "buckets": "-", "all-reduce hidden": "-", "exposed": "-"},
             {"strategy": "DDP", "step": _fmt(c["ddp_step_seconds"]), "busiest device moves":
-             _mib(c["ddp_max_rank_bytes"]), "others move": "the same", "buckets": str(c["ddp_buckets"]),
+             mib(c["ddp_max_rank_bytes"]), "others move": "the same", "buckets": str(c["ddp_buckets"]),
              "all-reduce hidden": _fmt(c["ddp_hidden_seconds"]), "exposed": _fmt(c["ddp_exposed_seconds"])}]
     if c["faster"] == "tie":
         verdict = "faster: tie (equal to the precision shown)"
@@ -60,11 +56,11 @@ def real_frame(result: dict):
     predicted = simulate_ddp(fitted)
     measured = max(e.end for e in ddp["trace"] if e.step == step and e.rank == 0)
     fig = draw_sim_vs_real(predicted.trace, ddp["trace"], rank=0, step=step,
-                           title=f"rank 0, real DDP on {n} process{'es' if n > 1 else ''}: "
+                           title=f"rank 0, real DDP on {plural(n, 'process')}: "
                                  "simulator fitted to the run (outlined) vs measured (filled)")
     same = [list(b) for b in predicted.buckets] == ddp["buckets"]
     cap_bytes = result["real_cap_mb"] * 2**20
-    share = f"the same share of it as {result['bucket_cap_mb']:g} MiB of the explorer's {_mib(result['model_bytes'])}"
+    share = f"the same share of it as {result['bucket_cap_mb']:g} MiB of the explorer's {mib(result['model_bytes'])}"
     parity = (f"max |params - 1 process| DDP {ddp['max_abs_diff_vs_reference']:.1e}, DP "
               f"{dp['max_abs_diff_vs_reference']:.1e}; max |params - torch DDP| {ddp['max_abs_diff_vs_torch']:.1e}")
     sent = (f"DDP {ddp['bytes_sent_per_rank'][0]:,} (ring optimum {ddp['optimal_bytes_per_rank'][0]:,}); "

@@ -28,7 +28,7 @@ import math
 import re
 
 from .mpl import _new_ax, _time_unit
-from .text import _fmt
+from .text import _fmt, mib, plural
 
 # category -> (text symbol, colour, legend label); the category is found by `_category`
 STYLE = {
@@ -142,14 +142,6 @@ def _row_inches(world_size: int) -> float:
     return 0.75 if world_size <= 4 else 0.5
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"  # "1 bucket", "3 buckets"
-
-
-def _mib(nbytes: int) -> str:
-    return f"{nbytes / 2**20:.1f} MiB"
-
-
 def draw_dp_vs_ddp(dp_result, ddp_result):
     """DP above, DDP below, on one time axis: the longer bar is the slower step."""
     from matplotlib.figure import Figure
@@ -159,13 +151,13 @@ def draw_dp_vs_ddp(dp_result, ddp_result):
     ax_dp, ax_ddp = fig.subplots(2, 1, sharex=True, height_ratios=[n_dp, n_ddp])
     span = max(dp_result.step_seconds, ddp_result.step_seconds) or 1.0
     moved = [s + r for s, r in zip(dp_result.bytes_sent, dp_result.bytes_received)]
-    others = f", every other device {_mib(max(moved[1:]))}" if n_dp > 1 else ""
+    others = f", every other device {mib(max(moved[1:]))}" if n_dp > 1 else ""
     draw_lanes(dp_result.trace, n_dp, ax=ax_dp, span=span,
                title=f"DP (nn.DataParallel, star model): step {_fmt(dp_result.step_seconds)}; "
-                     f"device 0 moves {_mib(moved[0])}{others}")
+                     f"device 0 moves {mib(moved[0])}{others}")
     draw_lanes(ddp_result.trace, n_ddp, ax=ax_ddp, span=span,
                title=f"DDP: step {_fmt(ddp_result.step_seconds)}; all-reduce "
-                     f"{_fmt(ddp_result.comm_seconds)} in {_count(len(ddp_result.buckets), 'bucket')}: "
+                     f"{_fmt(ddp_result.comm_seconds)} in {plural(len(ddp_result.buckets), 'bucket')}: "
                      f"{_fmt(ddp_result.hidden_seconds)} hidden behind backward, "
                      f"{_fmt(ddp_result.exposed_seconds)} exposed")
     ax_dp.set_xlabel("")

@@ -29,7 +29,9 @@ def test_right_answer_passes(real, capsys):
     (5, 16728, "walk the tensors last to first"),
     (3, 11152, "that is the model once"),
     (3, 22304, "2x the model is the limit for many ranks"),
-    (3, 33456, "that is DP's hub"),
+    (3, 33456, "that is DP's hub"),                         # (N−1)·model …
+    (3, 33456, "bytes sent plus bytes received"),           # … = 2 · 2(N−1)/N·model at N = 4: both said
+    (3, 8364, "only the reduce-scatter half"),              # (N−1)/N · 11,152
     (3, 16000, "sum 2(N-1)/N of each bucket's bytes"),
     (3.0, 16728, "write a whole number"),
     (3, "16728", "write a whole number"),
@@ -52,3 +54,66 @@ def test_the_reasons_follow_the_real_run_not_a_copy(real):
     check_ddp_prediction(3, 11152, two)  # 2(N-1)/N = 1 for N = 2: once the model is right there
     with pytest.raises(AssertionError):
         check_ddp_prediction(3, 16728, two)
+
+
+# ---- the bucketing check: each kind of mistake is named, not only "expected …" -------------------
+
+def _grade(capsys, assign, ready=None):
+    from simlab.grading.data_parallel import check_bucketing
+    from simlab.sim.buckets import BucketReadiness
+    with pytest.raises(AssertionError):
+        check_bucketing(assign, ready or BucketReadiness)
+    out = capsys.readouterr().out
+    assert out.startswith("DDP bucketing: ✗"), out
+    return out
+
+
+def _pack(order, sizes, cap, closes_at_cap=False):
+    """Pack `order` into buckets by hand: simlab's rule, or torch's (close once the cap is reached)."""
+    buckets, current, used = [], [], 0
+    for i in order:
+        if current and not closes_at_cap and used + sizes[i] > cap:
+            buckets, current, used = buckets + [current], [], 0
+        current, used = current + [i], used + sizes[i]
+        if closes_at_cap and used >= cap:
+            buckets, current, used = buckets + [current], [], 0
+    return buckets + ([current] if current else [])
+
+
+@pytest.mark.parametrize("assign, reason", [
+    (lambda sizes, cap: None, "return a list of buckets"),
+    (lambda sizes, cap: _pack(range(len(sizes)), sizes, cap), "walk the parameters last to first"),
+    (lambda sizes, cap: _pack(reversed(range(len(sizes))), sizes, cap, closes_at_cap=True), "torch's rule"),
+    (lambda sizes, cap: [list(reversed(range(len(sizes))))], "over the cap"),
+    (lambda sizes, cap: [[]] + _pack(reversed(range(len(sizes))), sizes, cap), "empty one"),
+    (lambda sizes, cap: _pack(reversed(range(len(sizes) - 1)), sizes, cap), "exactly one bucket"),
+])
+def test_each_bucketing_mistake_gets_its_reason(capsys, assign, reason):
+    assert reason in _grade(capsys, assign)
+
+
+def test_each_launch_mistake_gets_its_reason(capsys):
+    from simlab.sim.buckets import BucketReadiness, assign_buckets
+
+    class Forgets(BucketReadiness):  # no return statement
+        def mark_ready(self, p):
+            super().mark_ready(p)
+
+    class Eager(BucketReadiness):  # launches a full bucket even if an earlier one still waits
+        def mark_ready(self, p):
+            b = self.bucket_of[p]
+            self.pending[b] -= 1
+            return [b] if self.pending[b] == 0 else []
+
+    class Early(BucketReadiness):  # counts a bucket as full as soon as its first gradient arrives
+        def mark_ready(self, p):
+            b = self.bucket_of[p]
+            if self.pending[b] == 0:  # a later gradient of a bucket already counted as full
+                return []
+            self.pending[b] = 1
+            return super().mark_ready(p)
+
+    for ready, reason in [(Forgets, "returned None"), (Eager, "in bucket order"),
+                          (Early, "before all of its gradients")]:
+        out = _grade(capsys, assign_buckets, ready)
+        assert "launches differ" in out and reason in out, (ready.__name__, out)

@@ -249,3 +249,29 @@ def test_the_lesson_ends_with_a_summary_and_the_next_notebook():
     assert last.startswith("## Summary") and 3 <= last.count("\n- ") <= 6
     assert "**Next:** [`notebooks/02_data_parallel.ipynb`]" in last
     assert (LESSON.parent / "02_data_parallel.ipynb").exists()
+
+
+def test_the_uneven_paragraph_states_what_the_real_run_printed():
+    """'chunk 0 leaves ranks 0 and 7 once and every other rank twice' and the bound 7007 B: checked against the
+    plan (every chunk but r, then every chunk but r+1) and against the counts the lesson printed."""
+    import re
+    cells = lesson_cells()
+    text = " ".join(cells["l1-uneven-bytes"].source.split())
+    n, numel = 8, 1001
+    assert "8 processes, 1001 elements (one chunk of 126 elements, seven of 125)" in \
+        " ".join(cells["21d3827b"].source.split())
+    plan = ring_all_reduce(n, numel)
+    assert plan.chunk_sizes == (126,) + (125,) * 7
+    sends_of_chunk0 = [sum(1 for step in plan.steps for t in step if t.src == r and t.chunk == 0) for r in range(n)]
+    assert sends_of_chunk0 == [1, 2, 2, 2, 2, 2, 2, 1] and "leaves ranks 0 and 7 once and every other rank twice" in text
+    bound = 2 * (n - 1) * numel * 4 / n  # 2(n−1)/n·S, S = 4004 B
+    assert f"$= {bound:.0f}$ B" in text and bound == 7007
+    printed_counts = re.search(r"bytes sent per rank: \[([\d, ]+)\]", printed(cells["39dd52c9"]))[1]
+    counts = [int(x) for x in printed_counts.split(",")]
+    assert counts == plan.bytes_sent_per_rank() and f"sends {max(counts)} B" in text and max(counts) >= bound
+
+
+def test_plural_and_mib():
+    from simlab.render.text import mib, plural
+    assert [plural(1, "bucket"), plural(3, "bucket"), plural(4, "process")] == ["1 bucket", "3 buckets", "4 processes"]
+    assert mib(56 * 2**20) == "56.0 MiB"
