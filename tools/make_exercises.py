@@ -5,9 +5,11 @@
 
 In code cells, the lines from `### BEGIN SOLUTION` to `### END SOLUTION` become
 `raise NotImplementedError(...)` at the same indentation; in markdown cells they become a prompt.
-Outputs are kept, except where they would give the answer away: a cell that holds an answer region or
-prints a check's verdict (a "✓" line) loses its outputs in the exercise and gets nbval's
-`nbval-ignore-output` tag. Such a cell is graded by running: a stub raises NotImplementedError, and a
+Outputs are kept up to the first answer region, so the set-up reads as in the lesson. From the first
+answer region on, every code cell loses its outputs in the exercise and gets nbval's
+`nbval-ignore-output` tag: what those cells print comes from the learner's answers (a plan's transfers,
+a launch order, a ✓ verdict), and the solution's outputs would give them away. So would a ✓ line in
+any earlier cell, which is hidden too. Such a cell is graded by running: a stub raises NotImplementedError, and a
 check raises AssertionError on a wrong answer (`simlab.grading.common.fail`), so nbval still fails until
 the answer is right.
 """
@@ -61,8 +63,10 @@ def gives_answer_away(cell) -> bool:
 
 def make_exercise(solution: Path) -> str:
     nb = nbformat.read(solution, as_version=4)
+    answered = False  # from the first answer region on, outputs depend on the learner's answers
     for cell in nb.cells:
-        if gives_answer_away(cell):
+        answered = answered or BEGIN in cell.source
+        if cell.cell_type == "code" and (answered or gives_answer_away(cell)):
             cell.outputs, cell.execution_count = [], None
             tags = cell.metadata.setdefault("tags", [])
             if IGNORE_OUTPUT not in tags:
