@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..i18n import N_, _
 from ..sim.advisor import evaluate_plan, family, search
 from ..sim.hardware import cluster
 from ..sim.hybrid import Plan
@@ -41,7 +42,11 @@ class Budget:
     gpus_per_node: int
     inter_node_gbps: float
     global_batch: int
-    text: str
+    english: str  # the budget in words; `text` shows it in the language in force
+
+    @property
+    def text(self) -> str:
+        return _(self.english)
 
     def cluster(self):
         return cluster(self.gpu, gpus=self.gpus, gpus_per_node=self.gpus_per_node,
@@ -50,14 +55,14 @@ class Budget:
 
 BUDGETS = {
     "70b-ethernet": Budget("llama2-70b", "a100-80gb", 64, 8, 100.0, 512,
-                           "Llama-2 70B on 64 × A100 80 GB, 8 per node, over 100 Gb/s Ethernet; "
-                           "global batch 512 sequences"),
+                           N_("Llama-2 70B on 64 × A100 80 GB, 8 per node, over 100 Gb/s Ethernet; "
+                              "global batch 512 sequences")),
     "7b-workstation": Budget("llama2-7b", "rtx-4090", 8, 8, 100.0, 64,
-                             "Llama-2 7B on one workstation of 8 × RTX 4090 (24 GB, PCIe, no NVLink); "
-                             "global batch 64 sequences"),
+                             N_("Llama-2 7B on one workstation of 8 × RTX 4090 (24 GB, PCIe, no NVLink); "
+                                "global batch 64 sequences")),
     "175b-h100": Budget("gpt3-175b", "h100-80gb", 256, 8, 3200.0, 1024,
-                        "GPT-3 175B on 256 × H100 80 GB, 8 per node, over 8 × 400 Gb/s InfiniBand; "
-                        "global batch 1024 sequences"),
+                        N_("GPT-3 175B on 256 × H100 80 GB, 8 per node, over 8 × 400 Gb/s InfiniBand; "
+                           "global batch 1024 sequences")),
 }
 
 
@@ -68,12 +73,13 @@ def _parts(d: dict, total: float) -> str:
 
 def check_budget_plan(key: str, plan) -> None:
     """Grade one `Plan` for `BUDGETS[key]`: valid, fits, and within 10 % of the best predicted step time."""
-    title = f"budget {key!r}"
+    title = _("budget {key}").format(key=repr(key))
     if key not in BUDGETS:
-        fail("budget", repr(key), f"not one of {', '.join(BUDGETS)}")
+        fail(_("budget"), repr(key), _("not one of {keys}").format(keys=", ".join(BUDGETS)))
     b = BUDGETS[key]
     if not isinstance(plan, Plan):
-        fail(title, "plan", f"expected a simlab.sim.hybrid.Plan(tp=…, pp=…, dp=…, …), got {type(plan).__name__}")
+        fail(title, "plan", _("expected a simlab.sim.hybrid.Plan(tp=…, pp=…, dp=…, …), got {type}").format(
+            type=type(plan).__name__))
     c, model = b.cluster(), PRESETS[b.model]
     try:
         mine = evaluate_plan(model, c, b.global_batch, plan)
@@ -82,19 +88,24 @@ def check_budget_plan(key: str, plan) -> None:
     if not mine["fits"]:
         used = mine["bytes_per_gpu"]
         where = ", ".join(f"{k} {used[k] / GB:.1f}" for k in ("params", "grads", "optimizer", "activations"))
-        host = (f"; the host holds {mine['cpu_bytes_per_gpu'] * c.gpus_per_node / GB:.0f} GB of "
-                f"{c.host_memory / GB:.0f} GB per node" if plan.offload else "")
-        fail(title, "does not fit", f"{used['total'] / GB:.1f} GB per GPU ({where}) > {c.gpu.memory / GB:.0f} GB{host}")
+        host = _("; the host holds {held} GB of {memory} GB per node").format(
+            held=f"{mine['cpu_bytes_per_gpu'] * c.gpus_per_node / GB:.0f}", memory=f"{c.host_memory / GB:.0f}") \
+            if plan.offload else ""
+        fail(title, _("does not fit"), _("{total} GB per GPU ({where}) > {memory} GB").format(
+            total=f"{used['total'] / GB:.1f}", where=where, memory=f"{c.gpu.memory / GB:.0f}") + host)
     best = search(model, c, b.global_batch, top=1)["best"]
     ratio = mine["step_seconds"] / best["step_seconds"]
     if ratio > 1 + WITHIN:
-        fail(title, "too slow", f"{mine['step_seconds']:.3g} s per step is {ratio:.2f}× the best plan's "
-             f"{best['step_seconds']:.3g} s ({family(best['config'])}); yours goes to "
-             f"{_parts(mine['breakdown'], mine['step_seconds'])}; the best's to "
-             f"{_parts(best['breakdown'], best['step_seconds'])}")
-    print(f"{title}: ✓ {family(plan.to_dict())} fits ({mine['bytes_per_gpu']['total'] / GB:.1f} of "
-          f"{c.gpu.memory / GB:.0f} GB per GPU) and takes {mine['step_seconds']:.3g} s per step, "
-          f"{ratio:.2f}× the best plan's {best['step_seconds']:.3g} s")
+        fail(title, _("too slow"), _("{mine} s per step is {ratio}× the best plan's {best} s ({family}); yours goes "
+                                     "to {mine_parts}; the best's to {best_parts}").format(
+            mine=f"{mine['step_seconds']:.3g}", ratio=f"{ratio:.2f}", best=f"{best['step_seconds']:.3g}",
+            family=family(best["config"]), mine_parts=_parts(mine["breakdown"], mine["step_seconds"]),
+            best_parts=_parts(best["breakdown"], best["step_seconds"])))
+    print(f"{title}: ✓ " + _("{family} fits ({used} of {memory} GB per GPU) and takes {seconds} s per step, "
+                             "{ratio}× the best plan's {best} s").format(
+        family=family(plan.to_dict()), used=f"{mine['bytes_per_gpu']['total'] / GB:.1f}",
+        memory=f"{c.gpu.memory / GB:.0f}", seconds=f"{mine['step_seconds']:.3g}", ratio=f"{ratio:.2f}",
+        best=f"{best['step_seconds']:.3g}"))
 
 
 PREDICTION_GRID = {"dp": 2, "pp": 2, "tp": 2}
@@ -119,38 +130,44 @@ def _prediction_run(run) -> dict:
 def check_network_prediction(crosses: str, busiest: str, run=None) -> None:
     """Grade the two predictions against a real dp=2 × pp=2 × tp=2 run with ZeRO-1 (`run`: the launcher,
     `parity.hybrid.run_hybrid` by default), on two nodes of GPUS_PER_NODE ranks each."""
-    title = "3-D run prediction"
+    title = _("3-D run prediction")
     for name, value in (("crosses", crosses), ("busiest", busiest)):
         if value not in KINDS:
-            fail(title, name, f"{value!r}: answer with one of {', '.join(repr(k) for k in KINDS)}")
+            fail(title, name, _("{value}: answer with one of {kinds}").format(
+                value=repr(value), kinds=", ".join(repr(k) for k in KINDS)))
     real = _prediction_run(run)
     node = lambda rank: rank // GPUS_PER_NODE  # noqa: E731
     across = [k for k in KINDS if any(len({node(r) for r in g}) > 1 for g in real["groups"][k])]
     shown = lambda k: " ".join("[" + " ".join(map(str, g)) + "]" for g in real["groups"][k])  # noqa: E731
     if [crosses] != across:
-        fail(title, "crosses", f"you said {crosses}; the run's {crosses} groups are {shown(crosses)}, all inside a "
-             f"node (ranks 0-3, 4-7); the {' and '.join(across)} groups {shown(across[0])} cross")
+        fail(title, "crosses", _("you said {said}; the run's {said} groups are {groups}, all inside a node (ranks "
+                                 "0-3, 4-7); the {across} groups {across_groups} cross").format(
+            said=crosses, groups=shown(crosses), across=_(" and ").join(across), across_groups=shown(across[0])))
     sent = {k: real["bytes_sent_per_group"][k][0] for k in KINDS}
     most = max(sent, key=sent.get)
     table = ", ".join(f"{k} {v:,} B" for k, v in sent.items())
     if busiest != most:
-        fail(title, "busiest", f"you said {busiest}; rank 0 sent {table} per step: {most} carries the most")
-    print(f"{title}: ✓ the {crosses} groups ({shown(crosses)}) cross nodes; rank 0 sent {table} per step: "
-          f"{busiest} the most")
+        fail(title, "busiest", _("you said {said}; rank 0 sent {table} per step: {most} carries the most").format(
+            said=busiest, table=table, most=most))
+    print(f"{title}: ✓ " + _("the {crosses} groups ({groups}) cross nodes; rank 0 sent {table} per step: {busiest} "
+                             "the most").format(crosses=crosses, groups=shown(crosses), table=table, busiest=busiest))
 
 
 def check_tp_bytes_prediction(tp_bytes, run=None) -> None:
     """Grade a byte count against what rank 0 really sent on its TP group in one step of `PREDICTION_RUN`."""
-    title = "3-D run, TP bytes"
+    title = _("3-D run, TP bytes")
     if isinstance(tp_bytes, bool) or not isinstance(tp_bytes, (int, float)) or not 0 < tp_bytes < float("inf"):
-        fail(title, "tp_bytes", f"{tp_bytes!r}: answer with a positive number of bytes")
+        fail(title, "tp_bytes", _("{value}: answer with a positive number of bytes").format(
+            value=repr(tp_bytes)))
     real = _prediction_run(run)
     sent = real["bytes_sent_per_group"]["tp"][0]
     ratio = tp_bytes / sent
     if abs(tp_bytes - sent) > BYTES_WITHIN * sent:
-        fail(title, "tp_bytes", f"you said {tp_bytes:,.0f} B; rank 0 sent {sent:,} B on its TP group per step "
-             f"(yours is {ratio:.2f}× that). Per micro-batch TP all-reduces an activation of b·s·h·4 bytes: in "
-             f"each block 2 forward and 2 backward, plus one for the vocab-parallel embedding; over 2 ranks a "
-             f"ring all-reduce sends the whole buffer once")
-    print(f"{title}: ✓ you said {tp_bytes:,.0f} B; rank 0 sent {sent:,} B on its TP group per step "
-          f"({ratio:.2f}×, within {BYTES_WITHIN:.0%})")
+        fail(title, "tp_bytes", _("you said {said} B; rank 0 sent {sent} B on its TP group per step (yours is "
+                                  "{ratio}× that). Per micro-batch TP all-reduces an activation of b·s·h·4 bytes: "
+                                  "in each block 2 forward and 2 backward, plus one for the vocab-parallel embedding; "
+                                  "over 2 ranks a ring all-reduce sends the whole buffer once").format(
+            said=f"{tp_bytes:,.0f}", sent=f"{sent:,}", ratio=f"{ratio:.2f}"))
+    print(f"{title}: ✓ " + _("you said {said} B; rank 0 sent {sent} B on its TP group per step ({ratio}×, within "
+                             "{within})").format(said=f"{tp_bytes:,.0f}", sent=f"{sent:,}", ratio=f"{ratio:.2f}",
+                                                 within=f"{BYTES_WITHIN:.0%}"))

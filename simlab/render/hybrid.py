@@ -7,8 +7,7 @@ and the advisor's verdict as text.
 - `draw_time_breakdown`: where each plan's step goes (compute, TP, the pipeline, DP/ZeRO, Offload …).
 - `advisor_text`: `sim.advisor.search`'s top plans as a fixed-width table, its reasons and rejections.
 
-Every number comes from `simlab.sim` (`mesh`, `hybrid_memory`, `hybrid_time`, `advisor`); this module only
-lays it out. The text helpers are deterministic, for nbval:
+Numbers come from `simlab.sim` (`mesh`, `hybrid_memory`, `hybrid_time`, `advisor`); words through `i18n._`:
 
     >>> from simlab.sim.mesh import Mesh
     >>> print(mesh_text(Mesh(pp=2, dp=2, tp=2), gpus_per_node=4))
@@ -26,6 +25,7 @@ from __future__ import annotations
 
 from itertools import pairwise
 
+from ..i18n import _
 from ..sim.mesh import KINDS
 from .mpl import _new_ax, _time_unit
 from .zero import CPU_COLOR, GB, PART_COLOR
@@ -38,14 +38,14 @@ MEMORY_COLOR = {**PART_COLOR, "activations": "#8172b3"}
 TIME_COLOR = {"compute": "#4c72b0", "tp_comm": KIND_COLOR["tp"], "pp_p2p": KIND_COLOR["pp"],
               "pp_bubble": "#cdc3e3", "dp_comm": KIND_COLOR["dp"], "offload": CPU_COLOR,
               "optimizer": PART_COLOR["optimizer"]}
-LINK_WORDS = {"intra-node": "{intra}, inside a node", "inter-node": "network, across nodes"}
 MAX_NODE_ROWS = 8  # beyond this many nodes the node frames wrap into further columns
 MAX_OVER = 4  # bars taller than 4× the GPU's memory are cut at the top (and labelled) so the line stays visible
 TEXT_WIDTH = 100  # group lists wrap here, so notebook outputs stay readable
 
 
 def _link(mesh, kind: str, gpus_per_node: int, intra: str) -> str:
-    return LINK_WORDS[mesh.link(kind, gpus_per_node)].format(intra=intra)
+    words = {"intra-node": _("{intra}, inside a node"), "inter-node": _("network, across nodes")}
+    return words[mesh.link(kind, gpus_per_node)].format(intra=intra)
 
 
 def _wrap(head: str, items: list[str], width: int = TEXT_WIDTH) -> list[str]:
@@ -69,19 +69,21 @@ def mesh_text(mesh, gpus_per_node: int, intra: str = "NVLink") -> str:
     `intra`: what joins a node's GPUs (NVLink; PCIe on a cluster without it)."""
     slots = min(gpus_per_node, mesh.world_size)  # a world smaller than a node uses part of one
     count = -(-mesh.world_size // slots)
-    nodes = [f"node {n} = " + (f"ranks {n * slots}-{n * slots + slots - 1}" if slots > 1 else f"rank {n}")
-             for n in range(count)]
+    nodes = [_("node {n} = ranks {first}-{last}").format(n=n, first=n * slots, last=n * slots + slots - 1)
+             if slots > 1 else _("node {n} = rank {n}").format(n=n) for n in range(count)]
     if count > 4:  # the rule is plain after two: node n holds the next gpus_per_node ranks
         nodes = nodes[:2] + ["…", nodes[-1]]
-    head = f"{count} node{'s' * (count > 1)} of {gpus_per_node} GPU{'s' * (gpus_per_node > 1)}" + (
-        f" ({slots} used)" if slots < gpus_per_node else "")
+    head = _("{count} node{s} of {gpus} GPU{t}").format(count=count, s="s" * (count > 1), gpus=gpus_per_node,
+                                                       t="s" * (gpus_per_node > 1))
+    head += _(" ({slots} used)").format(slots=slots) if slots < gpus_per_node else ""
     lines = mesh.to_text().splitlines() + [f"{head}: " + ", ".join(nodes)]
     for kind in KINDS:
         if getattr(mesh, kind) == 1:  # every group is one rank: nothing to send
-            lines.append(f"{kind} groups: size 1, no {kind} communication")
+            lines.append(_("{kind} groups: size 1, no {kind} communication").format(kind=kind))
             continue
         groups = [_group(g) for g in mesh.groups(kind)]
-        lines += _wrap(f"{kind} groups ({_link(mesh, kind, gpus_per_node, intra)}):", groups)
+        lines += _wrap(_("{kind} groups ({link}):").format(kind=kind, link=_link(mesh, kind, gpus_per_node, intra)),
+                       groups)
     return "\n".join(lines)
 
 
@@ -130,8 +132,8 @@ def draw_mesh(mesh, gpus_per_node: int, ax=None, title=None, intra: str = "NVLin
     world = mesh.world_size
     slots = min(gpus_per_node, world)
     pos = [_place(r, world, slots) for r in range(world)]
-    width = max(x for x, _ in pos) + 2 * FRAME + 0.3
-    height = max(y for _, y in pos) + 2 * FRAME + 0.5
+    width = max(x for x, _y in pos) + 2 * FRAME + 0.3
+    height = max(y for _x, y in pos) + 2 * FRAME + 0.5
     scale = min(0.75, 15 / width)  # inches per data unit; wide layouts shrink, fonts with them
     ax = _new_ax(ax, (0.8 + scale * width, 1.6 + scale * height))
     font = 9 * scale / 0.75
@@ -149,7 +151,8 @@ def draw_mesh(mesh, gpus_per_node: int, ax=None, title=None, intra: str = "NVLin
                 fontsize=0.7 * font, color="#333333")
     handles = []
     for kind in (k for k in KINDS if k in kinds and getattr(mesh, k) > 1):
-        label = f"{kind} group ({getattr(mesh, kind)} ranks): {_link(mesh, kind, gpus_per_node, intra)}"
+        label = _("{kind} group ({n} ranks): {link}").format(kind=kind, n=getattr(mesh, kind),
+                                                             link=_link(mesh, kind, gpus_per_node, intra))
         for group in mesh.groups(kind):
             if kind == "tp":  # contiguous ranks: outline each run that sits on one node's row
                 runs = []
@@ -159,7 +162,7 @@ def draw_mesh(mesh, gpus_per_node: int, ax=None, title=None, intra: str = "NVLin
                     else:
                         runs.append([r])
                 for run in runs:
-                    (xa, ya), (xb, _) = pos[run[0]], pos[run[-1]]
+                    (xa, ya), (xb, _yb) = pos[run[0]], pos[run[-1]]
                     ax.add_patch(Rectangle((xa - HALF_W - 0.06, ya - HALF_H - 0.06), xb - xa + 2 * HALF_W + 0.12,
                                            2 * HALF_H + 0.12, facecolor="none",
                                            edgecolor=KIND_COLOR["tp"], linewidth=2, zorder=3, gid="tp"))
@@ -172,8 +175,8 @@ def draw_mesh(mesh, gpus_per_node: int, ax=None, title=None, intra: str = "NVLin
     ax.set_ylim(height - FRAME - 0.3, -FRAME - 0.2)  # node 0 on top, ranks read like text
     ax.set_aspect("equal")
     ax.axis("off")
-    ax.set_title(title if title is not None else f"{mesh!r} on nodes of {gpus_per_node} GPUs"
-                 "\n(box: rank, then its pp·dp·tp coordinates; fill: its pipeline stage)", fontsize=10)
+    ax.set_title(title if title is not None else _("{mesh} on nodes of {gpus} GPUs\n(box: rank, then its pp·dp·tp "
+                 "coordinates; fill: its pipeline stage)").format(mesh=repr(mesh), gpus=gpus_per_node), fontsize=10)
     if handles:
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=8, frameon=False)
     return ax.figure
@@ -205,18 +208,18 @@ def draw_plan_memory(plans: dict, gpu_memory: float, ax=None, title=None):
         ax.text(x, y, ("↑ " if total > top else "") + f"{total:.1f} GB", **label)
         if not p["fits"]:
             ax.bar(x, total, width, fill=False, edgecolor="#d62728", linewidth=2, gid="no-fit")
-            ax.text(x, y + 0.06 * top, "does not fit", color="#d62728", **label)
+            ax.text(x, y + 0.06 * top, _("does not fit"), color="#d62728", **label)
     if has_cpu:
         ax.bar([i + width / 2 for i in range(n)], cpus, width, color="white", edgecolor=CPU_COLOR, hatch="//",
-               label="host (Offload)", gid="cpu")
+               label=_("host (Offload)"), gid="cpu")
         for i, v in enumerate(cpus):
             if v:
                 ax.text(i + width / 2, min(v, top / 1.2) + 0.01 * top, f"{v:.1f}", ha="center", va="bottom",
                         fontsize=7, color="#555555")
-    ax.axhline(line, color="black", linestyle="--", linewidth=1.2, label=f"GPU memory ({line:g} GB)",
-               gid="gpu_memory")
+    ax.axhline(line, color="black", linestyle="--", linewidth=1.2, gid="gpu_memory",
+               label=_("GPU memory ({gb} GB)").format(gb=f"{line:g}"))
     ax.set_xticks(range(n), list(plans), fontsize=8)
-    ax.set_ylabel("GB per GPU")
+    ax.set_ylabel(_("GB per GPU"))
     ax.set_ylim(0, top)
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
@@ -226,11 +229,9 @@ def draw_plan_memory(plans: dict, gpu_memory: float, ax=None, title=None):
 
 
 def draw_time_breakdown(plans: dict, ax=None, title=None):
-    """Where each plan's step goes: one horizontal stacked bar per plan (the first on top) of
-    `breakdown`'s parts, with the step time and MFU at its end; a plan that does not fit is named in red.
-    Parts that are zero in every plan are left out (and out of the legend). Bars longer than MAX_OVER× the
-    fastest plan run off the right edge (their time is written there, after an arrow), so the others stay
-    readable. Returns the Figure."""
+    """Where each plan's step goes: a horizontal stacked bar per plan (the first on top) of `breakdown`'s
+    nonzero parts, its step time and MFU at its end; a plan that does not fit is named in red. Bars over
+    MAX_OVER× the fastest run off the right edge (their time written there, after an arrow). Returns the Figure."""
     rows, n = list(plans.values()), len(plans)
     ax = _new_ax(ax, (9, 1.3 + 0.55 * n))
     parts = [k for k in dict.fromkeys(k for p in rows for k in p["breakdown"])
@@ -251,12 +252,12 @@ def draw_time_breakdown(plans: dict, ax=None, title=None):
         ax.text(min(tip, end * scale) + 0.01 * end * scale, i, ("→ " if cut else "")
                 + f"{p['step_seconds'] * scale:.3g} {unit}   MFU {p['mfu']:.0%}", va="center", fontsize=8, gid="total",
                 bbox=dict(facecolor="white", edgecolor="none", pad=1, alpha=0.85) if cut else None)
-    ax.set_yticks(range(n), [k if p["fits"] else f"{k}\n(does not fit)" for k, p in plans.items()], fontsize=8)
+    ax.set_yticks(range(n), [k if p["fits"] else f"{k}\n({_('does not fit')})" for k, p in plans.items()], fontsize=8)
     for tick, p in zip(ax.get_yticklabels(), rows):
         tick.set_color("black" if p["fits"] else "#d62728")
     ax.set_ylim(n - 0.5, -0.5)
     ax.set_xlim(0, end * scale * 1.3)  # room for the text at the longest bar's end
-    ax.set_xlabel(f"time per step ({unit})")
+    ax.set_xlabel(_("time per step ({unit})").format(unit=unit))
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
     if title:
@@ -282,18 +283,18 @@ def advisor_text(result: dict, top: int = 5, max_reasons: int = 8) -> str:
     Numbers have fixed precision, for nbval."""
     shown = result["candidates"][:top]
     rejected = sum(result["rejected"].values())
-    lines = [f"{result['plans']} plans evaluated, {rejected} rejected"
-             + (f"; the {len(shown)} fastest that fit:" if shown else ": no plan fits")]
+    lines = [_("{plans} plans evaluated, {rejected} rejected").format(plans=result["plans"], rejected=rejected)
+             + (_("; the {n} fastest that fit:").format(n=len(shown)) if shown else _(": no plan fits"))]
     table = [list(COLUMNS)] + [_config_row(i, p) for i, p in enumerate(shown, 1)]
     widths = [max(len(row[c]) for row in table) for c in range(len(COLUMNS))]
     lines += ["  ".join(v.ljust(w) if COLUMNS[c] in TEXT_COLUMNS else v.rjust(w)
                         for c, (v, w) in enumerate(zip(row, widths))).rstrip() for row in table if shown]
-    lines += ["why:"] + [f"  {line}" for line in result["explanation"]]
+    lines += [_("why:")] + [f"  {line}" for line in result["explanation"]]
     if result["notes"]:
-        lines += ["notes:"] + [f"  {line}" for line in result["notes"]]
+        lines += [_("notes:")] + [f"  {line}" for line in result["notes"]]
     if result["rejected"]:
         reasons = list(result["rejected"].items())
-        lines += ["rejected:"] + [f"  {count:>6}  {reason}" for reason, count in reasons[:max_reasons]]
-        rest = reasons[max_reasons:]
-        lines += [f"  {sum(n for _, n in rest):>6}  … for {len(rest)} more reasons"] if rest else []
+        lines += [_("rejected:")] + [f"  {count:>6}  {reason}" for reason, count in reasons[:max_reasons]]
+        rest, more = reasons[max_reasons:], _("… for {n} more reasons").format(n=len(reasons[max_reasons:]))
+        lines += [f"  {sum(c for _r, c in rest):>6}  {more}"] if rest else []
     return "\n".join(lines)

@@ -21,6 +21,7 @@ per rank beside the model's prediction.
 """
 from __future__ import annotations
 
+from ..i18n import _
 from ..sim.mesh import KINDS
 from .pipeline import draw_sim_vs_real
 from .text import rows_table
@@ -30,9 +31,10 @@ TOLERANCE = 1e-5  # the parity promise: losses and parameters within this of one
 
 def _header(result: dict) -> str:
     c = result["config"]
-    schedule = "interleaved 1F1B" + f" (v={c['chunks']})" if c["schedule"] == "interleaved" else "1F1B"
-    return (f"dp={c['dp']} × pp={c['pp']} × tp={c['tp']} = {result['world_size']} processes ({result['backend']}), "
-            f"{schedule}, ZeRO-1 {'on' if c['zero'] else 'off'}")
+    schedule = _("interleaved 1F1B") + f" (v={c['chunks']})" if c["schedule"] == "interleaved" else "1F1B"
+    return _("dp={dp} × pp={pp} × tp={tp} = {n} processes ({backend}), {schedule}, ZeRO-1 {on_off}").format(
+        dp=c["dp"], pp=c["pp"], tp=c["tp"], n=result["world_size"], backend=result["backend"], schedule=schedule,
+        on_off=_("on") if c["zero"] else _("off"))
 
 
 def run_text(result: dict) -> str:
@@ -40,23 +42,23 @@ def run_text(result: dict) -> str:
     ok = {True: "✓", False: "✗"}
     diff = result["max_abs_diff_vs_reference"]
     lines = [_header(result)]
-    lines += [f"  {kind} groups: " + " ".join("[" + " ".join(map(str, g)) + "]" for g in result["groups"][kind])
-              for kind in KINDS]
-    lines.append("loss per step, mean over replicas: "
-                 + ", ".join(f"{loss:.4f}" for loss in result["losses"]) + "   one process: "
-                 + ", ".join(f"{loss:.4f}" for loss in result["reference_losses"]))
-    lines.append(f"losses and every parameter after the last step within {TOLERANCE:g} of one process: "
-                 f"{ok[diff <= TOLERANCE]}")
+    lines += ["  " + _("{kind} groups:").format(kind=kind) + " "
+              + " ".join("[" + " ".join(map(str, g)) + "]" for g in result["groups"][kind]) for kind in KINDS]
+    lines.append(_("loss per step, mean over replicas: {losses}   one process: {reference}").format(
+        losses=", ".join(f"{loss:.4f}" for loss in result["losses"]),
+        reference=", ".join(f"{loss:.4f}" for loss in result["reference_losses"])))
+    lines.append(_("losses and every parameter after the last step within {tolerance} of one process: {ok}").format(
+        tolerance=f"{TOLERANCE:g}", ok=ok[diff <= TOLERANCE]))
     measured, predicted = result["bytes_sent_per_group"], result["predicted_bytes_per_group"]
     rows = [{"rank": r, **{f"{k} bytes": measured[k][r] for k in KINDS},
              "= model": ok[all(measured[k][r] == predicted[k][r] for k in KINDS)]}
             for r in range(result["world_size"])]
-    lines += ["bytes each rank sent per step, on each kind of group (measured; the model predicts the same):",
+    lines += [_("bytes each rank sent per step, on each kind of group (measured; the model predicts the same):"),
               rows_table(rows)]
     mem = [{"rank": r, **{k: m[k] for k in ("params", "grads", "optimizer")},
             "= model": ok[m == p]} for r, (m, p) in enumerate(zip(result["measured_memory_per_rank"],
                                                                   result["predicted_memory_per_rank"]))]
-    lines += ["bytes of model states each rank holds (measured; the model predicts the same):", rows_table(mem)]
+    lines += [_("bytes of model states each rank holds (measured; the model predicts the same):"), rows_table(mem)]
     return "\n".join(line.rstrip() for line in "\n".join(lines).splitlines())
 
 
@@ -64,14 +66,16 @@ def time_text(result: dict) -> str:
     """Predicted vs measured seconds per step, and where the prediction says the time goes (the measured
     part changes from run to run)."""
     p, m = result["predicted_step_seconds"], result["measured_step_seconds"]
-    line = (f"step time: predicted {p * 1e3:.1f} ms, measured {m * 1e3:.1f} ms (median of the steps after the first), "
-            f"predicted / measured = {p / m:.2f}")
+    line = _("step time: predicted {predicted} ms, measured {measured} ms (median of the steps after the first), "
+             "predicted / measured = {ratio}").format(predicted=f"{p * 1e3:.1f}", measured=f"{m * 1e3:.1f}",
+                                                        ratio=f"{p / m:.2f}")
     parts = sorted(((v, k) for k, v in result.get("predicted_breakdown", {}).items() if v > 0), reverse=True)
-    return line + ("\npredicted: " + ", ".join(f"{k} {v * 1e3:.1f} ms" for v, k in parts) if parts else "")
+    return line + ("\n" + _("predicted:") + " " + ", ".join(f"{k} {v * 1e3:.1f} ms" for v, k in parts) if parts else "")
 
 
 def draw_predicted_vs_real(predicted, result: dict):
     """The predicted pipeline timeline above the real run's last step (every global rank a row)."""
     return draw_sim_vs_real(predicted, result["trace"], result["world_size"],
-                            titles=("predicted: lesson 6's model on this machine's calibration, lesson 4's simulator",
-                                    "measured: the real run's last step"))
+                            titles=(_("predicted: lesson 6's model on this machine's calibration, "
+                                      "lesson 4's simulator"),
+                                    _("measured: the real run's last step")))

@@ -22,6 +22,7 @@ The frames are pure, so tests need no browser.
 from __future__ import annotations
 
 from .._checks import check_choice
+from ..i18n import _, language
 from ..sim.advisor import by_family, family, search
 from ..sim.hardware import GPUS
 from ..sim.hybrid import Plan
@@ -58,8 +59,9 @@ def _gantt(ax, q: Scenario, c, plan: Plan) -> None:
     starts = sorted(e.start for e in trace)
     until = starts[GANTT_ACTIONS] if len(starts) > GANTT_ACTIONS else None
     m = q.global_batch // (plan.dp * plan.microbatch)
-    shown = f", its first {GANTT_ACTIONS} of {len(trace)} actions" if until is not None else ""
-    title = (f"the best plan's pipeline: {plan.schedule}, p={plan.pp}, m={m}"
+    shown = (_(", its first {n} of {total} actions").format(n=GANTT_ACTIONS, total=len(trace))
+             if until is not None else "")
+    title = (_("the best plan's pipeline: {schedule}, p={pp}, m={m}").format(schedule=plan.schedule, pp=plan.pp, m=m)
              + (f", v={plan.chunks}" if plan.chunks > 1 else "") + shown)
     draw_gantt(trace, plan.pp, ax=ax, until=until, span=until, title=title)
 
@@ -84,7 +86,9 @@ def _answer(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_b
     result = search(q.model, c, q.global_batch, top=top)
     lines = [q.title()]
     if q.primer:
-        lines += [f"primer ({q.where}): {q.primer}", f"  {q.english}"]
+        # the primer's sentence is Chinese already: its English gloss only in English
+        lines += [_("primer ({where}): {primer}").format(where=q.where, primer=q.primer)]
+        lines += [f"  {q.english}"] if language() == "en" else []
     lines.append(advisor_text(result, top=top))
     text, config = "\n".join(lines), result["best"]["config"] if result["best"] is not None else None
     if not figure:
@@ -93,7 +97,7 @@ def _answer(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_b
     rivals = by_family(q.model, c, q.global_batch, families=q.rivals or RIVALS)
     if not q.rivals:  # a question of the learner's own: the fastest rival families (those that fit first)
         rivals = dict(sorted(rivals.items(), key=lambda kv: (not kv[1]["fits"], kv[1]["step_seconds"])))
-    plans = {f"best: {winner}": result["best"]} if winner else {}
+    plans = {_("best: {winner}").format(winner=winner): result["best"]} if winner else {}
     plans = dict(list((plans | {name: p for name, p in rivals.items() if name != winner}).items())[:SHOWN])
     from matplotlib.figure import Figure
     plan = Plan(**config) if config is not None else None
@@ -102,13 +106,13 @@ def _answer(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_b
     grid = fig.add_gridspec(2 if piped else 1, 2, height_ratios=(1.3, 1) if piped else None, width_ratios=(1, 1.25))
     memory, time = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
     if plans:  # a family list that matched nothing draws no bars
-        draw_plan_memory(plans, c.gpu.memory, ax=memory, title="memory per GPU")
-        draw_time_breakdown(plans, ax=time, title="where one step goes")
+        draw_plan_memory(plans, c.gpu.memory, ax=memory, title=_("memory per GPU"))
+        draw_time_breakdown(plans, ax=time, title=_("where one step goes"))
         memory.tick_params(axis="x", labelrotation=20)
     if piped:
         _gantt(fig.add_subplot(grid[1, :]), q, c, plan)
     else:
-        fig.suptitle("no pipeline in the best plan (pp = 1)" if plan else "nothing fits", fontsize=9, x=0.02,
+        fig.suptitle(_("no pipeline in the best plan (pp = 1)") if plan else _("nothing fits"), fontsize=9, x=0.02,
                      ha="left")
     return (fig, text, config) + ((result,) if full else ())
 
@@ -145,8 +149,9 @@ def _knob_values(s: Scenario) -> dict:
 
 def _small_text(small: dict) -> str:
     n = small["dp"] * small["pp"] * small["tp"]
-    return (f"scaled down for this machine: dp={small['dp']} × pp={small['pp']} × tp={small['tp']} = {n} "
-            f"process{'es' * (n > 1)}, {small['schedule']}" + (f" ×{small['chunks']}" if small["chunks"] > 1 else "")
+    return (_("scaled down for this machine: dp={dp} × pp={pp} × tp={tp} = {n} process{es}, {schedule}").format(
+        dp=small["dp"], pp=small["pp"], tp=small["tp"], n=n, es="es" * (n > 1), schedule=small["schedule"])
+            + (f" ×{small['chunks']}" if small["chunks"] > 1 else "")
             + f", ZeRO-{small['zero']}" * (small["zero"] > 0))
 
 
@@ -163,21 +168,21 @@ def strategy_explorer(scenario: str = "nodes-slow", run=None, predict=None):
     start = _knob_values(BY_KEY[scenario])
     size = lambda name, top: w.BoundedIntText(value=start[name], min=1, max=top, description=name,  # noqa: E731
                                               layout=w.Layout(width="180px"))
-    knobs = {"model": w.Dropdown(options=sorted(MODELS), value=start["model"], description="model"),
+    knobs = {"model": w.Dropdown(options=sorted(MODELS), value=start["model"], description=_("model")),
              "layers": size("layers", 1024), "hidden": size("hidden", 1 << 17), "heads": size("heads", 1024),
              "gpu": w.Dropdown(options=tuple(GPUS), value=start["gpu"], description="GPU"),
-             "gpus": _slider("gpus", GPU_COUNTS, start["gpus"], "GPUs", str),
-             "gpus_per_node": _slider("gpus_per_node", (1, 2, 4, 8), start["gpus_per_node"], "GPUs per node", str),
+             "gpus": _slider("gpus", GPU_COUNTS, start["gpus"], _("GPUs"), str),
+             "gpus_per_node": _slider("gpus_per_node", (1, 2, 4, 8), start["gpus_per_node"], _("GPUs per node"), str),
              "inter_node_gbps": _slider("inter_node_gbps", NETWORKS, start["inter_node_gbps"],
-                                        "network per node", lambda v: f"{v:g} Gbit/s"),
-             "global_batch": w.BoundedIntText(value=start["global_batch"], min=1, max=1 << 20, description="batch",
+                                        _("network per node"), lambda v: f"{v:g} Gbit/s"),
+             "global_batch": w.BoundedIntText(value=start["global_batch"], min=1, max=1 << 20, description=_("batch"),
                                               layout=w.Layout(width="200px"))}
     pick = w.Dropdown(options=[(f"{s.where}: {s.english}", s.key) for s in BY_KEY.values()], value=scenario,
-                      description="scenario", layout=w.Layout(width="95%"))
+                      description=_("scenario"), layout=w.Layout(width="95%"))
     verdict, picture, small_line = w.HTML(), figure_image(), w.HTML()
     busy, best = [], {}  # busy: a scenario is filling the knobs, so they redraw once, not nine times
 
-    def show(_=None) -> None:
+    def show(change=None) -> None:
         if busy:
             return
         try:
@@ -187,15 +192,15 @@ def strategy_explorer(scenario: str = "nodes-slow", run=None, predict=None):
             verdict.value = readout_html(str(err).splitlines()[0])
             return
         lines = summary.split("\n")  # the question, "N plans evaluated …", the text table, "why:" …
-        counted = next(i for i, line in enumerate(lines) if " plans evaluated" in line)
+        counted = next(i for i, line in enumerate(lines) if line.split(" ")[0].isdigit())  # in any language
         rows = explorer_rows(result)
         table = table_html(rows, list(COLUMNS)) if rows else ""
         verdict.value = readout_html("\n".join(lines[:counted + 1])) + table + readout_html(
-            "\n".join(lines[lines.index("why:"):]))
+            "\n".join(lines[lines.index(_("why:")):]))
         show_figure(picture, fig)
         best.clear()
         best.update(config or {})
-        small_line.value = readout_html(_small_text(scaled_down(best)) if best else "nothing fits: nothing to run")
+        small_line.value = readout_html(_small_text(scaled_down(best)) if best else _("nothing fits: nothing to run"))
 
     def choose(change) -> None:
         busy.append(1)
@@ -222,7 +227,7 @@ def strategy_explorer(scenario: str = "nodes-slow", run=None, predict=None):
     if run is not None:
         def run_small() -> dict:
             if not best:
-                raise ValueError("nothing fits: nothing to run")
+                raise ValueError(_("nothing fits: nothing to run"))
             small = scaled_down(best)
             return run(small["dp"], small["pp"], small["tp"], zero=small["zero"], schedule=small["schedule"],
                        chunks=small["chunks"])
@@ -231,11 +236,11 @@ def strategy_explorer(scenario: str = "nodes-slow", run=None, predict=None):
             fig = draw_predicted_vs_real(predict(result), result) if predict is not None else None
             return fig, run_text(result) + "\n" + time_text(result), [trace_link(result["trace"], "hybrid_run.json")]
 
-        control = run_control(run_small, shown, label="run it for real (scaled down)",
-                              hint="▶ run this cell to get the real-run button")
+        control = run_control(run_small, shown, label=_("run it for real (scaled down)"),
+                              hint=_("▶ run this cell to get the real-run button"))
         children += [small_line, control]
-    panel = Panel(children, hint="▶ run this cell to get the strategy explorer: a primer case, then your own model, "
-                                 "GPUs, network and batch")
+    panel = Panel(children, hint=_("▶ run this cell to get the strategy explorer: a primer case, then your own "
+                                   "model, GPUs, network and batch"))
     panel.knobs, panel.scenario, panel.verdict, panel.picture = knobs, pick, verdict, picture
     panel.small, panel.run_control = small_line, control
     return panel

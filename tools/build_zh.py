@@ -1,0 +1,215 @@
+"""Generate the Chinese course from the English one: notebooks/zh/, solutions/zh/ and exercises/zh/.
+
+    python tools/build_zh.py           # write notebooks/zh and solutions/zh (outputs of unchanged code cells kept)
+    python tools/build_zh.py --run     # … then run them so their outputs are current; regenerate exercises/zh
+    python tools/build_zh.py --check   # exit 1, one line per problem: drift, missing, stale, not run
+    python tools/build_zh.py --stamp   # after re-translating a cell, record its English: `en_sha: new` → hash
+
+The English notebooks stay the source. Each translated notebook has one file, i18n/zh/<folder>/<name>.yaml
+(folder: notebooks or solutions), keyed by cell id:
+
+    source: notebooks/06_choosing_a_strategy.ipynb
+    cells:
+      l6-title:                       # a markdown cell: its Chinese text
+        en_sha: 1f0c2a9b7d3e          # the English source it translates (sha256, 12 hex: `en_sha(text)`)
+        zh: |
+          # 第 6 课 …
+      l6-calibrate:                   # a code cell (optional): its teaching comments, English → Chinese
+        en_sha: 7d3e1f0c2a9b
+        comments:
+          "# (times differ from run to run)": "# （每次运行的时间都不同）"
+
+A generated notebook is the English one with every markdown cell replaced by its translation, code cells
+unchanged but for the comments mapped, and one first cell that sets the language (`simlab.set_language`), so
+what the package prints (figure titles, text tables, grader lines) is Chinese too. Problems `--check` finds,
+as `make_exercises.py --check` does for exercises/:
+- drift: an English cell changed after its translation (en_sha differs) — re-translate, then update en_sha;
+- missing: a markdown cell with no translation; orphan: a translation of a cell that no longer exists;
+- stale: a generated notebook whose cells differ from what this tool writes now, or not run (a code cell
+  without the outputs its English cell has); exercises/zh not generated from solutions/zh;
+- a relative link in the Chinese text that does not resolve from notebooks/zh/.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import make_exercises  # noqa: E402
+
+I18N = ROOT / "i18n" / "zh"
+FOLDERS = ("notebooks", "solutions")
+LANGUAGE_CELL_ID = "zh-language"
+# the first cell of every Chinese notebook: what simlab prints from here on is Chinese
+LANGUAGE_CELL = 'import simlab\n\nsimlab.set_language("zh")  # 图表标题、文字表格与评分信息都改用中文'
+LINK = re.compile(r"\]\((?!https?:|#|mailto:)([^)#\s]+)")
+
+
+def en_sha(text: str) -> str:
+    """What a translation records of the English it translates: the first 12 hex digits of its sha256."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def translation_files() -> list[Path]:
+    return sorted(p for folder in FOLDERS for p in (I18N / folder).glob("*.yaml"))
+
+
+def load(path: Path) -> dict:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if not isinstance(data, dict) or not isinstance(data.get("cells"), dict) or "source" not in data:
+        raise ValueError(f"{path.relative_to(ROOT)}: expected 'source:' and 'cells:'")
+    return data
+
+
+def target(source: str, folder: str) -> Path:
+    """notebooks/06_x.ipynb → notebooks/zh/06_x.ipynb (the same for solutions/)."""
+    return ROOT / folder / "zh" / Path(source).name
+
+
+def stamp(path: Path) -> list[str]:
+    """Replace each `en_sha: new` in a translation file by the hash of its cell's English now (what a
+    translator writes after re-translating a drifted cell); returns the cell ids stamped. Drift is only
+    silenced by this explicit word, never by the tool on its own."""
+    text, data = path.read_text(encoding="utf-8"), load(path)
+    english = {c.id: c.source for c in nbformat.read(ROOT / data["source"], as_version=4).cells}
+    stamped = [cell_id for cell_id, entry in data["cells"].items() if entry.get("en_sha") == "new"]
+    for cell_id in stamped:
+        text = re.sub(rf"^(  {re.escape(cell_id)}:\n    en_sha: )new$", rf"\g<1>{en_sha(english[cell_id])}", text,
+                      count=1, flags=re.M)
+    path.write_text(text, encoding="utf-8")
+    return stamped
+
+
+def problems_of(path: Path, data: dict, english) -> list[str]:
+    """Drift, missing and orphan translations of one notebook, one line each."""
+    where, out = path.relative_to(ROOT), []
+    cells = {c.id: c for c in english.cells}
+    for cell_id, entry in data["cells"].items():
+        if cell_id not in cells:
+            out.append(f"{where}: orphan: no cell {cell_id!r} in {data['source']}")
+            continue
+        cell = cells[cell_id]
+        if entry.get("en_sha") != en_sha(cell.source):
+            out.append(f"{where}: drift: {cell_id} changed in English since it was translated "
+                       f"(en_sha {entry.get('en_sha')} ≠ {en_sha(cell.source)}): update the translation and en_sha")
+        if cell.cell_type == "markdown" and not str(entry.get("zh") or "").strip():
+            out.append(f"{where}: missing: {cell_id} has no Chinese text")
+        for english_comment in entry.get("comments") or {}:
+            if english_comment not in cell.source:
+                out.append(f"{where}: drift: {cell_id} no longer has the comment {english_comment!r}")
+    for cell in english.cells:
+        if cell.cell_type == "markdown" and cell.id not in data["cells"]:
+            out.append(f"{where}: missing: no translation of markdown cell {cell.id}")
+    return out
+
+
+def generate(data: dict, english, previous=None):
+    """The Chinese notebook: a language cell first, then every English cell translated. Outputs of code cells
+    whose source did not change are taken from `previous` (the notebook generated last time)."""
+    nb = nbformat.from_dict(english)  # a copy
+    kept = {c.id: c for c in previous.cells if c.cell_type == "code"} if previous is not None else {}
+    cells = [nbformat.v4.new_code_cell(LANGUAGE_CELL, id=LANGUAGE_CELL_ID)]
+    for cell in nb.cells:
+        entry = data["cells"].get(cell.id) or {}
+        if cell.cell_type == "markdown":
+            cell.source = str(entry.get("zh", cell.source)).rstrip("\n")
+        elif cell.cell_type == "code":
+            for english_comment, chinese in (entry.get("comments") or {}).items():
+                cell.source = cell.source.replace(english_comment, chinese)
+            old = kept.get(cell.id)
+            same = old is not None and old.source == cell.source
+            cell.outputs = old.outputs if same else []
+            cell.execution_count = old.execution_count if same else None
+        cells.append(cell)
+    if LANGUAGE_CELL_ID in kept and kept[LANGUAGE_CELL_ID].source == LANGUAGE_CELL:
+        cells[0].execution_count = kept[LANGUAGE_CELL_ID].execution_count
+    nb.cells = cells
+    nb.metadata.pop("widgets", None)
+    nb.metadata["simlab"] = {"generated_from": data["source"], "by": "tools/build_zh.py", "language": "zh"}
+    return nb
+
+
+def _shape(nb) -> list[tuple]:
+    return [(c.id, c.cell_type, c.source) for c in nb.cells]
+
+
+def build(check: bool) -> list[str]:
+    """Write (or, with `check`, compare) every generated notebook; returns the problems, one line each."""
+    problems, written = [], set()
+    for path in translation_files():
+        data, folder = load(path), path.parent.name
+        english = nbformat.read(ROOT / data["source"], as_version=4)
+        problems += problems_of(path, data, english)
+        out = target(data["source"], folder)
+        written.add(out)
+        previous = nbformat.read(out, as_version=4) if out.exists() else None
+        nb = generate(data, english, previous)
+        for link in LINK.findall("\n".join(c.source for c in nb.cells if c.cell_type == "markdown")):
+            if not Path(os.path.normpath(out.parent / link)).exists():  # notebooks/zh/ may not exist yet
+                problems.append(f"{path.relative_to(ROOT)}: broken link {link} (from {out.parent.relative_to(ROOT)})")
+        if not check:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, out)
+            continue
+        if previous is None or _shape(previous) != _shape(nb):
+            problems.append(f"stale: {out.relative_to(ROOT)}: run python tools/build_zh.py --run")
+            continue
+        ran = {c.id for c in english.cells if c.cell_type == "code" and c.outputs}
+        if any(c.id in ran and not c.outputs for c in previous.cells if c.cell_type == "code"):
+            problems.append(f"not run: {out.relative_to(ROOT)}: run python tools/build_zh.py --run")
+    for folder in FOLDERS:
+        for extra in sorted(set((ROOT / folder / "zh").glob("*.ipynb")) - written):
+            problems.append(f"stale: {extra.relative_to(ROOT)} has no translation in i18n/zh/{folder}/")
+    return problems + exercises(check)
+
+
+def exercises(check: bool) -> list[str]:
+    """exercises/zh from solutions/zh, as make_exercises does for English."""
+    problems = []
+    for solution in sorted((ROOT / "solutions" / "zh").glob("*.ipynb")):
+        out, text = ROOT / "exercises" / "zh" / solution.name, make_exercises.make_exercise(solution)
+        if not check:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
+        elif not out.exists() or out.read_text() != text:
+            problems.append(f"stale: {out.relative_to(ROOT)}: run python tools/build_zh.py")
+    return problems
+
+
+def run_all() -> None:
+    """Execute every generated notebook in place, as tools/run_notebooks.py does for English."""
+    import run_notebooks
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder / "zh").glob("*.ipynb")):
+            run_notebooks.run(path)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="fail if a translation or generated notebook is out of date")
+    parser.add_argument("--run", action="store_true", help="also run the generated notebooks (outputs current)")
+    parser.add_argument("--stamp", action="store_true", help="record the English of every `en_sha: new` entry")
+    args = parser.parse_args(argv)
+    if args.stamp:
+        for path in translation_files():
+            print("\n".join(f"stamped {path.relative_to(ROOT)}: {cell_id}" for cell_id in stamp(path)))
+    problems = build(check=args.check)
+    if args.run and not args.check:
+        run_all()
+        exercises(check=False)  # from the solutions just run
+    for line in problems:
+        print(line)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
