@@ -72,16 +72,31 @@ def N_(message: str) -> str:
 
 
 def catalog(lang: str) -> gettext.NullTranslations:
-    """The gettext translations of `lang`, compiled from its .po on first use (English: the identity)."""
+    """The gettext translations of `lang`, compiled from its .po files on first use (English: the identity)."""
     if lang not in _catalogs:
-        po = po_path(lang)
-        _catalogs[lang] = (gettext.GNUTranslations(io.BytesIO(mo_bytes(read_po(po.read_text(encoding="utf-8")))))
+        _catalogs[lang] = (gettext.GNUTranslations(io.BytesIO(mo_bytes(entries(lang))))
                            if lang != "en" else gettext.NullTranslations())
     return _catalogs[lang]
 
 
+def po_paths(lang: str) -> list[Path]:
+    """simlab.po (the shared header and lesson 6) and one <lesson>.po per lesson, merged into one catalog."""
+    return sorted((LOCALE_DIR / lang / "LC_MESSAGES").glob("*.po"))
+
+
 def po_path(lang: str) -> Path:
     return LOCALE_DIR / lang / "LC_MESSAGES" / f"{DOMAIN}.po"
+
+
+def entries(lang: str) -> dict[str, str]:
+    """{msgid: msgstr} of all of `lang`'s .po files; a message translated twice differently is refused."""
+    merged: dict[str, str] = {}
+    for po in po_paths(lang):
+        for key, value in read_po(po.read_text(encoding="utf-8")).items():
+            if key and merged.get(key, value) != value:
+                raise ValueError(f"{po.name}: {key[:40]!r} is translated differently in another .po file")
+            merged.setdefault(key, value)
+    return merged
 
 
 def read_po(text: str) -> dict[str, str]:
