@@ -58,8 +58,12 @@ def en_sha(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
 
+ONLY: list[str] = []  # --only: the lessons to build, run or stamp (parts of their file names); all if empty
+
+
 def translation_files() -> list[Path]:
-    return sorted(p for folder in FOLDERS for p in (I18N / folder).glob("*.yaml"))
+    return sorted(p for folder in FOLDERS for p in (I18N / folder).glob("*.yaml")
+                  if not ONLY or any(part in p.name for part in ONLY))
 
 
 def load(path: Path) -> dict:
@@ -167,6 +171,8 @@ def build(check: bool) -> list[str]:
             problems.append(f"not run: {out.relative_to(ROOT)}: run python tools/build_zh.py --run")
     for folder in FOLDERS:
         for extra in sorted(set((ROOT / folder / "zh").glob("*.ipynb")) - written):
+            if ONLY and not any(part in extra.name for part in ONLY):
+                continue
             problems.append(f"stale: {extra.relative_to(ROOT)} has no translation in i18n/zh/{folder}/")
     return problems + exercises(check)
 
@@ -189,7 +195,8 @@ def run_all() -> None:
     import run_notebooks
     for folder in FOLDERS:
         for path in sorted((ROOT / folder / "zh").glob("*.ipynb")):
-            run_notebooks.run(path)
+            if not ONLY or any(part in path.name for part in ONLY):
+                run_notebooks.run(path)
 
 
 def main(argv=None) -> int:
@@ -198,7 +205,10 @@ def main(argv=None) -> int:
                         help="fail if a translation or generated notebook is out of date")
     parser.add_argument("--run", action="store_true", help="also run the generated notebooks (outputs current)")
     parser.add_argument("--stamp", action="store_true", help="record the English of every `en_sha: new` entry")
+    parser.add_argument("--only", action="append", default=[], metavar="LESSON",
+                        help="only the lessons whose file name contains this (e.g. 01_collectives); repeatable")
     args = parser.parse_args(argv)
+    ONLY[:] = args.only
     if args.stamp:
         for path in translation_files():
             print("\n".join(f"stamped {path.relative_to(ROOT)}: {cell_id}" for cell_id in stamp(path)))
