@@ -79,6 +79,16 @@ def test_every_required_term_is_present_and_dp_is_split_from_the_family():
     assert "naive_all_reduce" not in dp[3]  # DP is not the naive all-reduce of lesson 1
 
 
+def test_the_words_lesson_0_teaches_are_all_here():
+    """Lesson 0 defines these (in bold) and sends the learner here for the rest: each needs a row."""
+    english = " ".join(r[0].lower() for r in rows())
+    taught = ("rank", "world size", "process group", "backend", "rendezvous", "torchrun", "local rank", "deadlock",
+              "collective", "pipeline stage", "micro-batch", "bubble", "makespan", "trace")
+    assert [t for t in taught if t not in english] == []
+    lesson = (ROOT / "notebooks" / "00_start_here.ipynb").read_text(encoding="utf-8")
+    assert "GLOSSARY.md" in lesson and all(t.split()[-1].rstrip("s") in lesson.lower() for t in taught)
+
+
 def test_quotes_from_the_primer_are_verbatim():
     quotes = [q for r in rows() for q in re.findall(r"原文[^：（）]*：([^）]+)）", r[1])]
     assert len(quotes) >= 15

@@ -3,8 +3,12 @@ script that runs the README's command and then the browser tests, notebooks that
 import json
 import re
 import subprocess
-import tomllib
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (the project supports >= 3.10): pytest's own dependency, tomli
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 # conda-forge's name for a package where it differs from PyPI's: `pytorch-cpu` is torch's CPU-only build

@@ -170,17 +170,32 @@ def test_reset_moves_the_learners_copy_aside_and_copies_the_lesson_afresh(course
     assert (work / "notebooks/01_collectives.ipynb").read_text() == "my lesson 1"  # other lessons untouched
 
 
-@pytest.mark.parametrize("lesson", ["", "9", "07_x"])
+@pytest.mark.parametrize("lesson", ["9", "07_x", "3_zero"])
 def test_reset_of_no_such_lesson_is_refused_in_one_line(course, lesson):
     with pytest.raises(ValueError, match=r"^no lesson .*; lessons: 01_collectives, 03_zero$"):
         learner_copy.reset(lesson, course)
+    assert not (course / "work").exists()  # refused before anything moved or was copied
 
 
-def test_work_reset_from_make_is_one_line_without_a_lesson():
+def test_reset_twice_in_one_second_keeps_both_old_copies(course):
+    learner_copy.fill(course)
+    lesson = course / "work/notebooks/03_zero.ipynb"
+    lesson.write_text("my first try")
+    first = learner_copy.reset("03", course, now=0)
+    lesson.write_text("my second try")
+    second = learner_copy.reset("03", course, now=0)  # the same timestamp: the name is taken
+    assert set(first).isdisjoint(second)
+    kept = sorted((course / "work" / p).read_text() for p in first + second if p.parent.name == "notebooks")
+    assert kept == ["my first try", "my second try"] and lesson.read_text() == "lesson 3"
+
+
+def test_work_reset_from_make_without_a_lesson_says_how_to_name_one():
     done = subprocess.run(["make", "-s", "work-reset", "LESSON="], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode != 0
-    first = done.stderr.splitlines()[0]
-    assert first.startswith("make work-reset: no lesson ''; lessons: ") and "01_collectives" in first
+    first = done.stderr.splitlines()[0]  # make adds its own "make: *** … Error 2" line after ours
+    assert first.startswith("make work-reset: which lesson? e.g. LESSON=03; lessons: ") and "01_collectives" in first
+    names = first.split("lessons: ", 1)[1].split(", ")
+    assert names == sorted(names) and {p.stem for p in (ROOT / "notebooks").glob("*.ipynb")} <= set(names)
 
 
 def test_the_start_page_falls_back_to_lesson_one(course):

@@ -1,7 +1,8 @@
 """`make lab`: fill the learner's copy (work/), start JupyterLab on it, print where to open it — last.
 
 JupyterLab's own log is a screenful that later lines scroll away, so it goes to work/.lab.log and this
-script prints one line once the server is up: `open http://localhost:8888/lab/tree/…?token=…`.
+script prints two lines once the server is up, the address last: `open http://localhost:8888/lab/tree/…?token=…`
+(with the port the server really took: JupyterLab moves on when the one asked for is busy).
 Arguments are passed to `jupyter lab` (`make lab LAB_ARGS="--no-browser --ip=0.0.0.0 --port=8888"`);
 as root (containers) `--allow-root` is added, since JupyterLab refuses to start as root without it.
 Ctrl-C stops the server.

@@ -54,24 +54,35 @@ def reset(lesson: str, root: Path = ROOT, work: Path | None = None, now: float |
     """Move work's copies of one lesson aside (`<name>.before-reset-<time>.ipynb`), then copy them afresh.
 
     `lesson` is the number ("3", "03") or the start of the name ("03_zero"). Returns the moved-aside
-    files. Raises ValueError (one line) when no lesson matches.
+    files. Raises ValueError (one line) when `lesson` is empty or no lesson matches.
     """
     work = root / WORK if work is None else work
     prefix = lesson.zfill(2) if lesson.isdigit() else lesson
     matches = [r for r in _sources(root) if r.suffix == ".ipynb" and r.name.startswith(prefix)]
-    if not lesson or not matches:
-        names = sorted({r.stem for r in _sources(root) if r.suffix == ".ipynb"})
-        raise ValueError(f"no lesson {lesson!r}; lessons: {', '.join(names)}")
+    names = ", ".join(sorted({r.stem for r in _sources(root) if r.suffix == ".ipynb"}))
+    if not lesson:
+        raise ValueError(f"which lesson? e.g. LESSON=03; lessons: {names}")
+    if not matches:
+        raise ValueError(f"no lesson {lesson!r}; lessons: {names}")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now))
     moved = []
     for relative in matches:
         current = work / relative
         if current.exists():
-            aside = current.with_name(f"{current.stem}.before-reset-{stamp}{current.suffix}")
+            aside = _aside(current, stamp)
             current.rename(aside)
             moved.append(aside.relative_to(work))
     fill(root, work)
     return moved
+
+
+def _aside(current: Path, stamp: str) -> Path:
+    """`<name>.before-reset-<stamp>.ipynb`, or `…-<stamp>-2.ipynb` … if taken: rename() would silently
+    replace the copy an earlier reset in the same second kept, and with it the learner's answers."""
+    aside, k = current.with_name(f"{current.stem}.before-reset-{stamp}{current.suffix}"), 2
+    while aside.exists():
+        aside, k = current.with_name(f"{current.stem}.before-reset-{stamp}-{k}{current.suffix}"), k + 1
+    return aside
 
 
 def start_page(work: Path) -> Path:
