@@ -133,3 +133,20 @@ def test_exercises_show_no_verdict_or_answer_before_the_learner_runs_them():
             answered = answered or make_exercises.STUB in cell.source
             if answered:  # from the first stub on, nothing the solution printed is shown
                 assert not cell.outputs and make_exercises.IGNORE_OUTPUT in cell.metadata.get("tags", []), path.name
+
+
+def test_a_wrong_answer_fails_nbval_with_its_reason_in_one_line_not_a_traceback(tmp_path):
+    import nbformat
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "language": "python",
+                                                           "display_name": "Python 3 (ipykernel)"}})
+    cell = nbformat.v4.new_code_cell("from simlab.grading.common import fail\n"
+                                     "fail('ring', 'rank 2', 'sent 64 B, not 60')", execution_count=1)
+    cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="ring: ✗ rank 2: sent 64 B, not 60\n")]
+    nb.cells = [cell]
+    path = tmp_path / "wrong.ipynb"
+    nbformat.write(nb, path)
+    out = _nbval(path)
+    assert out.returncode == 1, out.stdout[-2000:]
+    shown = out.stdout[out.stdout.index("Traceback:"):out.stdout.index("short test summary")]
+    lines = [line for line in shown.splitlines()[1:] if line.strip() and not line.startswith("=")]
+    assert lines == ["CheckFailed: rank 2: sent 64 B, not 60"], shown

@@ -60,22 +60,32 @@ def die_with_parent() -> None:
         pass
 
 
-def one_line_in_ipython() -> None:
-    """In a notebook, show an `Interrupted` as its one line, not a traceback through the launcher.
+ONE_LINE: list[type] = [Interrupted]  # exceptions a notebook shows as their message, not a traceback
 
-    IPython's own hook for this (`set_custom_exc`) is set once, and only where no one else set one."""
+
+def one_line_in_ipython(*kinds: type) -> None:
+    """In a notebook, show these exceptions (and an `Interrupted`) as their one line, not a traceback.
+
+    IPython's own hook for this (`set_custom_exc`) holds one handler for a tuple of types: simlab keeps
+    its types in ONE_LINE and sets the hook only where no one else set one. The cell still fails (its
+    execute reply is an error), so Run All stops there and nbval reports it."""
     try:
         from IPython import get_ipython
     except ImportError:
         return
     shell = get_ipython()
-    if shell is None or shell.custom_exceptions not in ((), (Interrupted,)):
+    if shell is None or not set(shell.custom_exceptions) <= set(ONE_LINE):
         return
+    ONE_LINE.extend(k for k in kinds if k not in ONE_LINE)
 
     def show(shell, etype, value, tb, tb_offset=None):
-        print(f"{value}", file=sys.stderr)
+        line = f"{etype.__name__}: {value}"
+        if hasattr(shell, "_showtraceback"):  # ipykernel: an error output of one line, so nbval sees the failure
+            shell._showtraceback(etype, value, [line])
+        else:
+            print(line, file=sys.stderr)
 
-    shell.set_custom_exc((Interrupted,), show)
+    shell.set_custom_exc(tuple(ONE_LINE), show)
 
 
 def locate(frames):
@@ -165,7 +175,8 @@ def _blame(results, failures):
     if not results or not all(place and place[0] for place in places.values()):
         return first[1]
     returned, tb = _ranks(results), first[1].traceback
-    message = (f"{returned} returned while {_ranks(places)} were in a collective, so {returned} probably "
+    were = "was" if len(places) == 1 else "were"  # "rank 3 was", "ranks 1-3 were"
+    message = (f"{returned} returned while {_ranks(places)} {were} in a collective, so {returned} probably "
                f"skipped it: {_summary(places)}")
     return WorkerError(f"{message}\n\n{tb}", min(results), tb)
 
