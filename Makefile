@@ -17,7 +17,7 @@ QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 # browser_tests/ run only under `make test-browser`: they need chromium and playwright.
 TEST_PATHS := tests simlab
 
-.PHONY: setup lab work-reset test test-fast test-browser bench bench-browser gpu-check exercises notebooks clean
+.PHONY: setup lab work-reset test test-fast test-browser bench bench-browser gpu-check exercises notebooks zh clean
 
 $(BIN)/.installed: pyproject.toml tools/setup_torch.py
 	@echo "setting up $(VENV) (the first time takes a few minutes)"
@@ -74,6 +74,10 @@ exercises: setup
 
 notebooks: setup
 	$(BIN)/python tools/run_notebooks.py
+
+# the Chinese course: notebooks/zh, solutions/zh, exercises/zh from the English ones and i18n/zh/
+zh: setup
+	$(BIN)/python tools/build_zh.py --run
 
 clean:
 	rm -rf $(VENV) .pytest_cache
