@@ -95,8 +95,9 @@ class ShardedLinear(nn.Module):
                               nbytes=bytes_sent("all-gather", rows, self.group)).view(-1)  # (N·S,)
 
     def free(self, full: torch.Tensor) -> None:
-        # resize_(0) releases the storage now, even while views of it are still referenced
-        self.rec.timed("comm", f"free L{self.index}", lambda: full.untyped_storage().resize_(0))
+        # resize_(0) releases the storage now, even while views of it are still referenced; a local act, not
+        # communication: "compute", as the walkthrough records it (a comm lane would show a free as traffic)
+        self.rec.timed("compute", f"free L{self.index}", lambda: full.untyped_storage().resize_(0))
 
     def unflatten(self, full: torch.Tensor):
         out, fan_in = self.shape

@@ -135,7 +135,8 @@ def check_row_parallel_linear(layer_cls, seed: int = 0) -> None:
 
 # ---------------------------------------------------------------- predict, then run (the real MLP run)
 
-MLP_RUN = {"world_size": 4, "block": "mlp", "batch": 2, "seq": 4, "hidden": 8, "ffn": 32}  # run_tp(**MLP_RUN); ffn = 4h
+# run_tp(**MLP_RUN); ffn = 4h. Not the lesson's shapes (8 tokens × hidden 8): its printed bytes must not be the answer
+MLP_RUN = {"world_size": 4, "block": "mlp", "batch": 2, "seq": 3, "hidden": 12, "ffn": 48}
 ITEMSIZE = 4  # run_tp runs fp32
 
 
@@ -211,6 +212,7 @@ def check_forward_bytes(predicted, real) -> None:
         inner = m["batch"] * m["seq"] * m["ffn"] * ITEMSIZE
         why = {z: "that is Z's own size; on a ring each rank sends (N−1)/N of it in the reduce-scatter and "
                   "again in the all-gather: 2(N−1)/N·Z",
+               measured[0] // ITEMSIZE: "that counts elements; the run is fp32, 4 bytes each",
                2 * z: "2·Z is the all-reduce's bound for large N; with N ranks each sends 2(N−1)/N·Z",
                2 * measured[0]: "that counts backward too: f's all-reduce of dX runs in backward, not forward",
                2 * (n - 1) * inner // n: "only Z (b·s, h) crosses the network: GeLU(X·A) (b·s, ffn) stays on "

@@ -15,6 +15,9 @@ GPU_BYTES = 80 * 10**9  # an 80 GB GPU, in the paper's GB (1e9 bytes)
 def check_zero_memory(fn) -> None:
     """Grade `fn(psi, n_gpus, stage) -> {params, grads, optimizer, total}` (mixed precision, K=12)."""
     title, keys = "ZeRO memory per GPU", ("params", "grads", "optimizer", "total")
+    probe = fn(7_500_000_000, 64, 0)  # a wrong shape of answer is named here, not met as an AttributeError below
+    if not isinstance(probe, dict) or any(k not in probe for k in keys):
+        fail(title, "the answer's form", f"returned {probe!r:.80}; return a dict with {', '.join(keys)} (bytes)")
     for stage, total in PAPER.items():
         got = fn(7_500_000_000, 64, stage)
         if got.get("total") != total:

@@ -1,4 +1,4 @@
-"""Lesson 5's pictures of tensor parallelism (张量并行 TP): who holds which slice of a weight, which input
+"""Lesson 5's pictures of tensor parallelism (TP): who holds which slice of a weight, which input
 each rank sees, how the pieces combine, and where the f and g collectives sit in a block.
 
 - `draw_split`: X · W = Y for one `split_linear` result, every rank's shard in its own colour. Column

@@ -100,7 +100,7 @@ def zero_explorer(run, stage: int = 3, world_size: int = 3, layers: int = 3) -> 
     player = walkthrough_player(steps, world_size)
     sim_link = trace_link(to_trace(steps), f"zero{stage}_simulated.json")
     control = run_control(lambda: run(pick.value), lambda real: show_real_run(real, layers),
-                          label="run this stage on 3 real processes")
+                          label=f"run this stage on {world_size} real processes")
 
     def restage(change) -> None:
         new = walkthrough(change["new"], layers, world_size)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..trace import Event, Trace
-from .memory import comm_volume_per_step, per_gpu_bytes
+from .memory import PRECISIONS, comm_volume_per_step, per_gpu_bytes
 from .._checks import check_choice
 from .tensor_parallel import KINDS, _check_mlp, gelu, ring_bytes_sent, shard_plan
 
@@ -114,10 +114,12 @@ def tp_or_zero3(hidden: int, seq: int, ranks: int, itemsize: int = 2) -> dict:
     Traffic: TP all-reduces one (s, h) activation in forward (g) and one in backward (f), per sample;
     ZeRO-3 all-gathers the weights twice and reduce-scatters the gradients, per step whatever the batch."""
     params = 8 * hidden * hidden
-    inner = 2 * seq * 4 * hidden * itemsize  # U and GeLU(U), one sample
+    inner = 2 * seq * 4 * hidden * itemsize  # U and GeLU(U), one sample, in the activations' `itemsize`
+    weight_bytes = PRECISIONS["mixed"].param  # the gathered copy is of the 16-bit weights, whatever the activations
     return {"whole": per_gpu_bytes(params, 1, 0, precision="mixed")["total"],
             "tp_state": per_gpu_bytes(params // ranks, 1, 0, precision="mixed")["total"],
-            "zero3_state": per_gpu_bytes(params, ranks, 3, precision="mixed")["total"], "zero3_gather": params * itemsize,
+            "zero3_state": per_gpu_bytes(params, ranks, 3, precision="mixed")["total"],
+            "zero3_gather": params * weight_bytes,
             "tp_activations": inner // ranks, "zero3_activations": inner,
             "tp_sent_per_sample": 2 * ring_bytes_sent("all-reduce", ranks, seq * hidden, itemsize)[0],
             "zero3_sent_per_step": comm_volume_per_step(params, 3, ranks)}

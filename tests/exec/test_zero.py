@@ -9,7 +9,7 @@ import torch
 import simlab.exec.zero as Z
 from simlab.exec.launch import launch
 from simlab.parity.zero import compare_with_walkthrough, run_zero
-from simlab.sim.zero import walkthrough
+from simlab.sim.zero import executor_names, walkthrough
 
 TOL = 1e-5  # fp32: the grads are summed in another order, nothing more
 SIZES = (5, 7, 3)  # layers of 42 and 24 params: 42 is padded at n = 4 (S = 11); test_shards covers the rest
@@ -86,6 +86,10 @@ def test_trace_order(run):
                          "all-gather L0", "backward L0", "free L0", "reduce-scatter L0", "step"]
     n, trace = run["world_size"], run["trace"]
     assert {e.kind for e in trace} == {"comm", "compute"} and all(e.end >= e.start for e in trace)
+    # every event is of the walkthrough's kind (a free is local work, not traffic), and only collectives send
+    sim = walkthrough(run["stage"], len(SIZES) - 1, n)
+    kinds = dict(zip(executor_names(sim), (st.kind for st in sim[1:])))
+    assert all(e.kind == kinds[e.name] and (e.nbytes > 0) == (e.kind == "comm") for e in trace)
     shards = [math.ceil((a + 1) * b / n) for a, b in zip(SIZES, SIZES[1:])]  # per layer: S
     rs = [e for e in trace if e.name.startswith("reduce-scatter") and "L0" in e.name.split()]
     assert len(rs) == 5 * n and all(e.nbytes == 4 * (n - 1) * (sum(shards) if run["stage"] == 1 else shards[0])

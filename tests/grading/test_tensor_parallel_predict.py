@@ -18,6 +18,10 @@ def z_bytes():
     return MLP_RUN["batch"] * MLP_RUN["seq"] * MLP_RUN["hidden"] * 4  # Z (b·s, h) fp32
 
 
+N = MLP_RUN["world_size"]
+RIGHT = 2 * (N - 1) * z_bytes() // N  # a ring all-reduce of Z: (N-1)/N of it in the reduce-scatter, again in the all-gather
+
+
 def test_real_forward_bytes_are_the_ring_closed_form(real):
     n = MLP_RUN["world_size"]
     assert forward_bytes_sent(real) == [2 * (n - 1) * z_bytes() // n] * n
@@ -25,10 +29,10 @@ def test_real_forward_bytes_are_the_ring_closed_form(real):
 
 def test_right_answers_pass(real, capsys):
     check_split_choice("column", "row", 1, 1, real)
-    check_forward_bytes(2 * 3 * z_bytes() // 4, real)
+    check_forward_bytes(RIGHT, real)
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("MLP split: ✓") and "real run on 4 processes" in out[0]
-    assert out[1].startswith("forward bytes: ✓ 384 B per rank")
+    assert out[1].startswith(f"forward bytes: ✓ {RIGHT:,} B per rank")
 
 
 @pytest.mark.parametrize("answer, reason", [
@@ -60,10 +64,11 @@ def test_the_real_runs_counts_decide(real, capsys):
 @pytest.mark.parametrize("predicted, reason", [
     (z_bytes(), "that is Z's own size"),
     (2 * z_bytes(), "2·Z is the all-reduce's bound"),
-    (2 * 384, "that counts backward too"),
-    (2 * 3 * 2 * 4 * 32 * 4 // 4, "GeLU(X·A) (b·s, ffn) stays on its rank"),
+    (2 * RIGHT, "that counts backward too"),
+    (RIGHT // 4, "that counts elements"),
+    (RIGHT * MLP_RUN["ffn"] // MLP_RUN["hidden"], "GeLU(X·A) (b·s, ffn) stays on its rank"),
     (1000, "the forward's only collective is g's all-reduce"),
-    (384.0, "give a whole number of bytes"),
+    (float(RIGHT), "give a whole number of bytes"),
     (True, "give a whole number of bytes"),
 ])
 def test_wrong_byte_predictions_fail_with_their_reason(real, predicted, reason, capsys):
@@ -74,17 +79,17 @@ def test_wrong_byte_predictions_fail_with_their_reason(real, predicted, reason, 
 
 
 def test_the_measured_bytes_decide(real, capsys):
-    """Bytes the real run's trace says it sent, not a copy of the closed form: halve them and 384 fails."""
+    """Bytes the real run's trace says it sent, not a copy of the closed form: halve them and the right answer fails."""
     trace = type(real["trace"])(e.__class__(**{**vars(e), "nbytes": e.nbytes // 2}) for e in real["trace"])
     with pytest.raises(AssertionError):
-        check_forward_bytes(384, real | {"trace": trace})
-    assert "ranks sent [192, 192, 192, 192]" in capsys.readouterr().out
+        check_forward_bytes(RIGHT, real | {"trace": trace})
+    assert f"ranks sent {[RIGHT // 2] * N}" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("other", [None, {}, "run", lambda: run_tp(2, "mlp", compare_torch=False)])
 def test_not_the_lessons_run_is_refused(real, other, capsys):
     other = other() if callable(other) else other
-    for check in (lambda r: check_forward_bytes(384, r), lambda r: check_split_choice("column", "row", 1, 1, r)):
+    for check in (lambda r: check_forward_bytes(RIGHT, r), lambda r: check_split_choice("column", "row", 1, 1, r)):
         with pytest.raises(AssertionError):
             check(other)
         assert "pass the result of run_tp(**MLP_RUN)" in capsys.readouterr().out
@@ -95,3 +100,17 @@ def test_unanswered_predictions_are_not_implemented(real):
         check_forward_bytes(None, real)
     with pytest.raises(NotImplementedError):
         check_split_choice("column", None, 1, 1, real)
+
+
+def test_the_lesson_never_prints_the_answer():
+    """The run is not the lesson's MLP: none of lesson 5's printed numbers is the forward bytes to predict."""
+    import json
+    import re
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parents[2] / "notebooks" / "05_tensor_parallel.ipynb").read_text())
+    printed = " ".join("".join(o.get("text", "")) for c in nb["cells"] for o in c.get("outputs", []))
+    assert printed and str(RIGHT) not in re.findall(r"\d+", printed.replace(",", ""))
+    solution = json.loads((Path(__file__).resolve().parents[2] / "solutions" / "05_tensor_parallel.ipynb").read_text())
+    question = "".join(next(c for c in solution["cells"] if c["id"] == "l5-predict-intro")["source"])
+    b, s, h, f = (MLP_RUN[k] for k in ("batch", "seq", "hidden", "ffn"))
+    assert f"batch {b} × sequence {s} tokens × hidden {h}, $A$ ({h}, {f})" in question  # the text asks about this run

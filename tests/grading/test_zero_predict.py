@@ -7,10 +7,11 @@ import pytest
 from simlab.grading.zero import LAYERS_70B, check_bytes_prediction, check_fit_70b
 from simlab.sim.memory import peak_per_gpu_bytes
 
-SIZES = (5, 7, 3, 4)  # the lesson's MLP: layers of 42, 24 and 16 parameters
+SIZES = (3, 4, 2, 5)  # the exercise's MLP (not the lesson's): layers of 16, 10 and 15 parameters
 N = 3
-S = sum(math.ceil((a + 1) * b / N) for a, b in zip(SIZES, SIZES[1:]))  # 14 + 8 + 6 = 28
-RIGHT = (N - 1) * S * 8  # reduce-scatter of fp32 grads + all-gather of fp32 params: 448 B
+S = sum(math.ceil((a + 1) * b / N) for a, b in zip(SIZES, SIZES[1:]))  # 6 + 4 + 5 = 15
+RIGHT = (N - 1) * S * 8  # reduce-scatter of fp32 grads + all-gather of fp32 params: 240 B
+WHOLE = math.ceil(41 / N)  # 14: the shard if the 41 parameters were padded as one buffer, not per layer
 
 
 def fake_run(sent=RIGHT, stage=2):
@@ -76,16 +77,18 @@ def test_malformed_answers_are_named(capsys, args, bad):
 
 def test_the_right_prediction_passes(capsys):
     check_bytes_prediction(RIGHT, fake_run(), SIZES)
-    assert "✓ 448 B measured on the real run" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"✓ {RIGHT} B measured on the real run" in out and "ΣS = 15" in out
 
 
 @pytest.mark.parametrize("predicted, reason", [
     (RIGHT // 2, "only the gradients' reduce-scatter"),
     ((N - 1) * S * 2, "counts elements, not bytes"),
     ((N - 1) * S * 12, "ZeRO-3's 3Ψ"),
-    (2 * 82 * 4 * (N - 1) // N, "the padding is missing"),
-    (2 * 82 * 4, "(N-1)/N of the buffer"),
-    (1000, "(N-1)·ΣS·8 bytes with ΣS = 28"),
+    (2 * 41 * 4 * (N - 1) // N, "the padding is missing"),
+    (2 * 41 * 4, "(N-1)/N of the buffer"),
+    ((N - 1) * WHOLE * 8, "the padding is per layer"),
+    (1000, "(N-1)·ΣS·8 bytes with ΣS = 15"),
 ])
 def test_each_slip_fails_with_its_reason(capsys, predicted, reason):
     out = verdict(capsys, check_bytes_prediction, predicted, fake_run(), SIZES)
@@ -119,4 +122,23 @@ def test_graded_against_a_real_run(capsys):
     assert real["bytes_sent_per_rank"] == [RIGHT] * N  # measured on the ranks' own events
     check_bytes_prediction(RIGHT, real, SIZES)
     assert "✓" in capsys.readouterr().out
-    assert "the real rank 1 sent 448 B" in verdict(capsys, check_bytes_prediction, RIGHT // 2, real, SIZES)
+    assert f"the real rank 1 sent {RIGHT} B" in verdict(capsys, check_bytes_prediction, RIGHT // 2, real, SIZES)
+
+
+def _cells(path: str) -> dict:
+    import json
+    from pathlib import Path
+    nb = json.loads((Path(__file__).resolve().parents[2] / path).read_text())
+    return {c["id"]: c for c in nb["cells"]}
+
+
+def test_the_exercise_runs_these_sizes_and_the_lesson_never_prints_the_answer():
+    """The prediction must be worked out, not copied: the lesson's outputs (its real runs are another MLP)
+    never show the number, and the exercise asks about the sizes these tests grade."""
+    import re
+    solution = _cells("solutions/03_zero.ipynb")
+    assert f"sizes={SIZES}" in "".join(solution["l3-run"]["source"]).replace(" ", "").replace(",", ", ")
+    assert f"of sizes {SIZES}" in "".join(solution["l3-predict-md"]["source"])
+    printed = " ".join("".join(o.get("text", "")) for c in _cells("notebooks/03_zero.ipynb").values()
+                       for o in c.get("outputs", []))
+    assert printed and str(RIGHT) not in re.findall(r"\d+", printed)

@@ -203,3 +203,21 @@ def test_the_primer_paragraph_matches_the_split_choices():
     assert [r["collective"] for r in sync_rows("column", "row", 4)] == ["all-reduce"]
     assert sync_rows("column", "column", 4)[0]["where"] == "between A and B"
     assert sync_rows("column", "column", 4)[0]["collective"] == "all-gather"
+
+
+def test_the_shortcut_errors_the_text_compares_are_the_printed_ones():
+    """'It is not the 12 printed above': the broken MLP's error as printed, and the table's shortcut errors
+    differ from it, as the sentence says (each choice keeps another part of the partial sums)."""
+    from simlab.sim.tensor_parallel import broken_mlp
+    from simlab.sim.tensor_parallel_choices import mlp_inputs, split_error
+    cells = lesson_cells()
+    inputs = mlp_inputs(seed=0)
+    broken = f"{broken_mlp(4, *inputs).error:.3g}"
+    printed = "".join(cells["2a2189cc"]["outputs"][0]["text"])
+    assert f"max |split - unsplit| = {broken}\n" in printed
+    text = " ".join("".join(cells["30473691"]["source"]).split())
+    assert f"It is not the {broken} printed above" in text
+    table = "".join(cells["d4abf418"]["outputs"][0]["text"])
+    for b_split in ("row", "column"):
+        shortcut = f"{split_error('row', b_split, 4, *inputs):.3g}"
+        assert shortcut != broken and f"max error {shortcut} " in table

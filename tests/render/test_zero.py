@@ -124,3 +124,25 @@ def test_lesson_calculator_starts_where_the_paper_table_ends():
     assert "7.5 B" in "".join(cells["dab555a7"]["source"]) and "64 GPUs" in "".join(cells["dab555a7"]["source"])
     assert "".join(cells["e823e5cb"]["source"]) == "memory_calculator()"  # its defaults: tests/render/test_zero_widgets.py
     assert [row.split()[-1] for row in printed.splitlines()[1:5]] == PAPER_GB
+
+
+def test_lesson_explains_the_offload_bytes_it_prints():
+    """'each host holds 3 blocks × (4 + 12) = 48 bytes while the GPU keeps only the 18 bytes': the model's
+    numbers, and the rows the cell printed."""
+    from simlab.sim.memory import CPU_GRAD_BYTES, HOST_ADAM_BYTES
+    cells = _lesson_cells()
+    text = " ".join("".join(cells["b904f4d7"]["source"]).split())
+    mem = per_gpu_bytes([3] * 3, 3, 2, offload=True, precision="mixed")
+    assert f"3 blocks × ({CPU_GRAD_BYTES} + {HOST_ADAM_BYTES}) = {mem['cpu']} bytes" in text
+    assert f"only the {mem['params']} bytes of 16-bit parameters" in text and mem["params"] == 9 * 2
+    printed = "".join("".join(o.get("text", [])) for o in cells["3511dac8"]["outputs"]).splitlines()
+    assert [r.split()[-1] for r in printed if r.startswith(("GPU", "CPU"))] == [str(mem["params"])] * 3 + [str(mem["cpu"])] * 3
+
+
+def test_lesson_states_which_layers_get_padded():
+    """The comment on the real runs' MLP says which buffers are padded at N = 3: check it against the sizes."""
+    src = "".join(_lesson_cells()["a7f1e862"]["source"])
+    layers = [(a + 1) * b for a, b in zip((5, 7, 3, 4), (7, 3, 4))]
+    assert "SIZES = (5, 7, 3, 4)" in src and f"{layers[0]}, {layers[1]} and {layers[2]} parameters" in src
+    padded = [p for p in layers + [sum(layers)] if p % 3]  # per layer (stages 2, 3) and stage 1's one bucket
+    assert padded == [16, 82] and "the 16 and the 82 of a stage-1 bucket are padded" in src

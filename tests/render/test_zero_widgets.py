@@ -129,8 +129,11 @@ def test_explorer_runs_the_chosen_stage_for_real():
     assert control.image.value[:4] == b"\x89PNG" and control.image.layout.display is None
     kept = [sum(m[k] for k in ("params", "grads", "optimizer")) for m in real["measured_bytes_per_rank"]]
     model = per_gpu_bytes(LAYERS, 3, 2, precision="fp32")
-    assert kept == [model["params"] + model["grads"] + model["optimizer"]] * 3  # 168 + 112 + 224 B
+    shards = 14 + 8 + 6  # ceil(42/3) + ceil(24/3) + ceil(16/3): each layer padded on its own
+    by_hand = 4 * sum(LAYERS) + 4 * shards + 8 * shards  # full fp32 params, own grad shard, own Adam m and v
+    assert kept == [model["params"] + model["grads"] + model["optimizer"]] * 3 == [by_hand] * 3  # 328 + 112 + 224 B
     sent = comm_volume_per_step(LAYERS, 2, 3, "fp32")
+    assert sent == (3 - 1) * shards * (4 + 4)  # grads reduce-scattered, params all-gathered: N-1 shards each
     text = control.readout.value
     assert f"{kept[0]} / {kept[0]}" in text and f"{sent} / {sent}" in text and real["bytes_sent_per_rank"] == [sent] * 3
     assert "same events in the same order" in text and "≠" not in text

@@ -261,6 +261,8 @@ def test_tp_or_zero3_closed_forms(hidden, seq, ranks):
     got, p = tp_or_zero3(hidden, seq, ranks), 8 * hidden * hidden
     assert got["whole"] == 16 * p and got["tp_state"] == got["zero3_state"] == 16 * p // ranks
     assert got["zero3_gather"] == 2 * p  # one MLP's fp16 weights, not the model's
+    fp32_acts = tp_or_zero3(hidden, seq, ranks, itemsize=4)  # fp32 activations: the weights stay 16-bit
+    assert fp32_acts["zero3_gather"] == 2 * p and fp32_acts["zero3_activations"] == 2 * got["zero3_activations"]
     assert got["zero3_activations"] == 2 * seq * 4 * hidden * 2 == ranks * got["tp_activations"]
     assert got["tp_sent_per_sample"] == 2 * 2 * (ranks - 1) * seq * hidden * 2 // ranks  # two ring all-reduces
     assert got["zero3_sent_per_step"] == (ranks - 1) * (p // ranks) * (2 + 2 + 2)  # AG, AG (fp16), RS (fp16)
