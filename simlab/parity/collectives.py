@@ -77,8 +77,11 @@ def run_collective(name: str, world_size: int, numel: int, backend: str = "auto"
     recorders = [r["recorder"] for r in ranks]
     # values per step are compared only where the ranks recorded theirs; else the trace is compared
     # with a symbolic simulation, which needs no copy of anyone's buffer however big
-    given = power_inputs(world_size, numel) if inputs == "powers-of-two" else make_inputs(world_size, numel, seed)
-    sim = simulate(plan, given) if snapshots else simulate(plan, symbolic=True)
+    if snapshots:  # only then are every rank's inputs built here: a big buffer must not sit N times in the parent
+        given = power_inputs(world_size, numel) if inputs == "powers-of-two" else make_inputs(world_size, numel, seed)
+        sim = simulate(plan, given)
+    else:
+        sim = simulate(plan, symbolic=True)
     trace, steps = merge(rec.events for rec in recorders), real_steps(plan, recorders, inputs)
     return result(world_size=world_size, backend=ranks[0]["backend"], trace=trace,
                   bytes_sent_per_rank=[rec.bytes_sent for rec in recorders],

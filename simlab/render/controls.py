@@ -20,7 +20,7 @@ import time
 
 import ipywidgets as w
 
-from .mpl import PIXEL_SCALE, figure_png, png_size
+from .picture import PIXEL_SCALE, figure_png, png_size
 
 NO_WRAP = "white-space:pre;overflow-x:auto;margin:2px 0;line-height:1.25"
 
@@ -60,7 +60,8 @@ def off_grid(widget) -> list[str]:
 
 def figure_image(fig=None) -> w.Image:
     """An Image showing `fig` at its natural size (sharp on HiDPI screens); hidden while it has none."""
-    image = w.Image(format="png", layout=w.Layout(max_width="100%", height="auto", display="none"))
+    # margin 0: ipywidgets' default 2 px margin beside max-width 100% made every wide explorer scroll sideways
+    image = w.Image(format="png", layout=w.Layout(max_width="100%", height="auto", margin="0", display="none"))
     image.add_class("simlab-image")
     if fig is not None:
         show_figure(image, fig)

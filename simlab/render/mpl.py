@@ -12,7 +12,10 @@ state, so it works headless), and returns the Figure. Nothing here computes what
 from __future__ import annotations
 
 import math
+import re
 
+from ..i18n import _
+from .picture import DISPLAY_DPI, PIXEL_SCALE, figure_png, png_size, render_png  # noqa: F401 (re-exported)
 from .text import header
 
 NOT_HELD_COLOR = "#e6e6e6"
@@ -122,18 +125,18 @@ def ring_legend_handles(steps, n: int) -> list:
         return Patch(facecolor=color, edgecolor="#555555", label=label)
     cells = [(v, src) for step in steps for vrow, srow in zip(step.values, step.sources or [None] * n)
              for v, src in zip(vrow, srow or [None] * len(vrow))]
-    handles = [patch(NOT_HELD_COLOR, "not held")]
-    if any(src is not None for _, src in cells):
-        handles.append(patch(contribution_color(1, n), "1 rank's input"))
+    handles = [patch(NOT_HELD_COLOR, _("not held"))]
+    if any(src is not None for _v, src in cells):
+        handles.append(patch(contribution_color(1, n), _("1 rank's input")))
         # every shade for small rings; for big ones, one "partial" shade stands for them all
         middle = range(2, n) if n <= 4 else [(n + 1) // 2]
-        handles += [patch(contribution_color(k, n), f"{k} summed" if n <= 4 else "partial sum")
+        handles += [patch(contribution_color(k, n), _("{k} summed").format(k=k) if n <= 4 else _("partial sum"))
                     for k in middle]
         if n > 1:
-            handles.append(patch(contribution_color(n, n), f"all {n} summed"))
+            handles.append(patch(contribution_color(n, n), _("all {n} summed").format(n=n)))
     if any(v is not None and src is None for v, src in cells):
-        handles.append(patch(UNKNOWN_COLOR, "held (whose inputs: unknown)"))
-    names = {"reduce": "send, receiver adds (+=)", "copy": "send, receiver copies (=)"}
+        handles.append(patch(UNKNOWN_COLOR, _("held (whose inputs: unknown)")))
+    names = {"reduce": _("send, receiver adds (+=)"), "copy": _("send, receiver copies (=)")}
     ops = sorted({t.op for step in steps for t in step.transfers})
     handles += [Line2D([], [], label=names[op], linewidth=1.4, **OP_STYLE[op]) for op in ops]
     return handles
@@ -168,7 +171,7 @@ def draw_ring_step(step, plan, ax=None, title=None, legend: bool = True):
         label = (f"c{t.chunk}" if chunks > 1 else f"{t.nbytes} B") if n <= 12 else None
         _draw_arrow(ax, t, n, s, label)
     if chunks > MAX_CHUNK_BOXES:
-        ax.text(0, 0, f"{chunks} chunks per rank:\nboxes hidden", ha="center", va="center",
+        ax.text(0, 0, _("{chunks} chunks per rank:\nboxes hidden").format(chunks=chunks), ha="center", va="center",
                 fontsize=MIN_FONT, color="#777777")
     ax.set_xlim(-extent - 0.05, extent + 0.05)
     ax.set_ylim(-extent - 0.05, extent + 0.05)
@@ -181,8 +184,9 @@ def draw_ring_step(step, plan, ax=None, title=None, legend: bool = True):
 
 
 def ring_title(step, plan) -> str:
-    """The table's header on two lines, so the title is no wider than the ring."""
-    return header(step, plan).replace(": ", ":\n", 1)
+    """The table's header on two lines (broken after its colon, ':' or Chinese '：'), so the title is no
+    wider than the ring."""
+    return re.sub(r": |：", lambda m: m.group().strip() + "\n", header(step, plan), count=1)
 
 
 def draw_bytes(per_rank_lists: dict, ax=None, optimum: float | None = None):
@@ -198,11 +202,11 @@ def draw_bytes(per_rank_lists: dict, ax=None, optimum: float | None = None):
         ax.bar([r - 0.4 + (i + 0.5) * width for r in range(len(values))], values, width=width, label=name)
     if optimum is not None:
         ax.axhline(optimum / scale, color="black", linestyle=":", linewidth=1.2,
-                   label=f"optimum ({optimum / scale:.3g} {unit})")
+                   label=_("optimum ({value} {unit})").format(value=f"{optimum / scale:.3g}", unit=unit))
     every = max(1, math.ceil(n / 16))  # at most ~16 tick labels, so they stay legible
     ax.set_xticks(range(0, n, every), [f"r{r}" for r in range(0, n, every)])
-    ax.set_xlabel("rank")
-    ax.set_ylabel(f"bytes sent ({unit})")
+    ax.set_xlabel(_("rank"))
+    ax.set_ylabel(_("bytes sent ({unit})").format(unit=unit))
     ax.legend(fontsize=MIN_FONT, frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     return ax.figure
@@ -260,37 +264,3 @@ def draw_timeline(trace, world_size: int, ax=None, title: str | None = None):
     if title:
         ax.set_title(title, fontsize=10)
     return ax.figure
-
-
-# Figures are shown at their natural size, DISPLAY_DPI CSS pixels per inch (so 10 pt text is 14 px), and
-# drawn with PIXEL_SCALE × as many pixels so they stay sharp on HiDPI screens.
-DISPLAY_DPI, PIXEL_SCALE = 100, 2
-
-
-def render_png(fig, with_box: bool = False) -> tuple[bytes, object]:
-    """(PNG bytes, the saved region in inches, or None): the figure cropped to its drawn content.
-
-    with_box=True lays the figure out first and saves exactly the measured region, so positions in the
-    picture are known (a reveal player's veil)."""
-    import io
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    if not isinstance(fig.canvas, FigureCanvasAgg):
-        FigureCanvasAgg(fig)
-    bbox = "tight"
-    if with_box:
-        fig.draw_without_rendering()  # lays the figure out (a layout engine runs here) without painting it
-        bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(0.1)  # what "tight" would crop to
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DISPLAY_DPI * PIXEL_SCALE, bbox_inches=bbox, pad_inches=0.1)
-    return buf.getvalue(), (bbox if with_box else None)
-
-
-def figure_png(fig) -> bytes:
-    return render_png(fig)[0]
-
-
-def png_size(png: bytes) -> tuple[int, int]:
-    """(width, height) in pixels, from the PNG header."""
-    if png[:8] != b"\x89PNG\r\n\x1a\n":
-        raise ValueError("not a PNG")
-    return int.from_bytes(png[16:20], "big"), int.from_bytes(png[20:24], "big")

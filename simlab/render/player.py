@@ -17,11 +17,12 @@ The DOM carries stable classes (`simlab-player`, `simlab-play`, `simlab-prev`, `
 from __future__ import annotations
 
 import base64
+import threading
 
 import anywidget
 import traitlets as t
 
-from .mpl import DISPLAY_DPI, PIXEL_SCALE, png_size, render_png
+from .picture import DISPLAY_DPI, PIXEL_SCALE, png_size, render_png
 
 # Play shows every frame once in about `seconds`, but never faster than the eye can follow.
 MIN_INTERVAL_MS, MAX_INTERVAL_MS = 40, 1500
@@ -55,7 +56,9 @@ function render({ model, el: root }) {
   function show() {
     const k = Math.min(model.get("value"), n() - 1), caps = model.get("captions"), rv = model.get("reveal");
     const src = urls.length === 1 ? urls[0] : urls[k];
-    if (src && img.src !== src) img.src = src;
+    const pending = urls.length > 1 && model.get("frames")[k] === "";
+    if (src && !pending && img.src !== src) img.src = src;
+    img.style.opacity = pending ? "0.4" : "1";  // a frame still being drawn: the last one, faded
     step.value = k; label.textContent = model.get("label_prefix") + k + "/" + (n() - 1);
     cap.innerHTML = caps.length ? caps[Math.min(k, caps.length - 1)] : "";
     if (rv.length) { const [top, bottom, right] = model.get("veil_box"), x = rv[k];
@@ -102,6 +105,7 @@ class FramePlayer(anywidget.AnyWidget):
     def __init__(self, hint: str = "▶ run this cell to get the player", **kwargs):
         super().__init__(**kwargs)
         self.hint = hint
+        self._generation, self._drawer = 0, None
 
     def __repr__(self) -> str:  # what a notebook shows before the cell runs, and what nbval compares
         return self.hint
@@ -111,22 +115,50 @@ class FramePlayer(anywidget.AnyWidget):
         return max(0, min(int(proposal["value"]), max(self.count - 1, 0)))
 
     def set_frames(self, frames, captions=None, seconds: float = 10.0) -> None:
-        """New frames (Figures or PNG bytes): all drawn now, then shown from frame 0."""
-        pngs = [f if isinstance(f, bytes) else render_png(f)[0] for f in frames]
-        if not pngs:
+        """New frames — Figures, PNG bytes, or functions that return a Figure — shown from frame 0.
+
+        In a running kernel only frame 0 is drawn before this returns (so a knob that rebuilds a player
+        answers in one frame's time); the others are drawn in a background thread and reach the browser in
+        batches. Elsewhere (tests, scripts) every frame is drawn before it returns."""
+        frames = list(frames)
+        if not frames:
             raise ValueError("frames: need at least one frame")
+        self._generation += 1
+        first = _png(frames[0])
         with self.hold_sync():
-            self.reveal, self.count, self.value = [], len(pngs), 0
+            self.reveal, self.count, self.value = [], len(frames), 0
             self.captions = list(captions or [])
-            self.width_px = round(png_size(pngs[0])[0] / PIXEL_SCALE)
-            self.interval_ms = _interval(len(pngs), seconds)
-            self.frames = [base64.b64encode(p).decode("ascii") for p in pngs]
+            self.width_px = round(png_size(first)[0] / PIXEL_SCALE)
+            self.interval_ms = _interval(len(frames), seconds)
+            self.frames = [_b64(first)] + [""] * (len(frames) - 1)  # "": not drawn yet
+        if len(frames) > 1:
+            self._drawer = threading.Thread(target=self._draw_rest, args=(frames, self._generation), daemon=True)
+            self._drawer.start()
+            if not _in_kernel():
+                self.wait()
+
+    def _draw_rest(self, frames, generation: int) -> None:
+        drawn, ready = list(self.frames), 2  # push when 2, 4, 8 … frames are ready: few, growing messages
+        for k in range(1, len(frames)):
+            if generation != self._generation:
+                return  # newer frames replaced these
+            drawn[k] = _b64(_png(frames[k]))
+            if k + 1 == ready or k == len(frames) - 1:
+                if generation == self._generation:
+                    self.frames = list(drawn)
+                ready *= 2
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Until every frame is drawn (tests; a player in a kernel draws the rest in the background)."""
+        if self._drawer is not None:
+            self._drawer.join(timeout)
 
     def set_reveal(self, fig, ax, times, captions=None, seconds: float = 10.0) -> None:
         """One picture of `fig`; frame k hides (greys) what lies right of data-x times[k] on `ax`."""
         times = [float(x) for x in times]
         if not times:
             raise ValueError("times: need at least one time")
+        self._generation += 1  # frames still being drawn for an earlier picture are dropped
         png, bbox = render_png(fig, with_box=True)
         x0, x1 = ax.get_xlim()
         # a data x → the fraction of the saved picture's width (the picture is the figure cropped to bbox)
@@ -144,6 +176,25 @@ class FramePlayer(anywidget.AnyWidget):
             self.interval_ms = _interval(len(times), seconds)
             self.frames = [base64.b64encode(png).decode("ascii")]
             self.reveal = xs
+
+
+def _png(frame) -> bytes:
+    if isinstance(frame, bytes):
+        return frame
+    return render_png(frame() if callable(frame) else frame)[0]
+
+
+def _b64(png: bytes) -> str:
+    return base64.b64encode(png).decode("ascii")
+
+
+def _in_kernel() -> bool:
+    """Inside a Jupyter kernel (where the browser can show frames as they come)."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    return getattr(get_ipython(), "kernel", None) is not None
 
 
 def _interval(count: int, seconds: float) -> int:

@@ -7,7 +7,7 @@ from matplotlib.figure import Figure
 
 from simlab.render.controls import (Panel, figure_image, off_grid, run_control, show_figure, table_html, trace_link,
                                     readout_html)
-from simlab.render.mpl import DISPLAY_DPI, PIXEL_SCALE, figure_png, png_size, render_png
+from simlab.render.picture import DISPLAY_DPI, PIXEL_SCALE, figure_png, png_size, render_png
 from simlab.render.player import MAX_INTERVAL_MS, frame_player, reveal_player
 from simlab.trace import Event, Trace
 
@@ -28,6 +28,7 @@ def test_pictures_are_drawn_at_twice_their_natural_size_and_shown_at_it():
     assert width <= (4.0 + 0.2) * DISPLAY_DPI * PIXEL_SCALE and width > 3.0 * DISPLAY_DPI * PIXEL_SCALE
     image = figure_image(fig)
     assert image.width == str(round(width / PIXEL_SCALE)) and image.layout.max_width == "100%"
+    assert image.layout.margin == "0"  # a margin beside max-width 100% makes the panel scroll sideways
     assert image.layout.display is None
 
 
@@ -137,3 +138,22 @@ def test_off_grid_finds_the_sliders_a_browser_would_snap():
     lin = w.FloatSlider(value=0.3, min=0, max=1, step=0.25, description="ratio")
     found = off_grid(Panel([w.HBox([snapped, w.IntSlider(value=4, min=1, max=16)]), lin]))
     assert len(found) == 2 and any(f.startswith("ratio=0.3") for f in found)
+
+
+def test_frames_can_be_drawn_lazily_and_in_the_background_in_a_kernel(monkeypatch):
+    import simlab.render.player as P
+    built = []
+
+    def frame(k):
+        return lambda: built.append(k) or _fig(x=k)[0]
+    player = frame_player([frame(k) for k in range(6)])  # not in a kernel: all drawn before it returns
+    assert built == list(range(6)) and all(player.frames) and len(set(player.frames)) == 6
+
+    monkeypatch.setattr(P, "_in_kernel", lambda: True)
+    slow = frame_player([_fig(x=k)[0] for k in range(6)])  # in a kernel: frame 0 now, the rest in a thread
+    slow.wait(60)
+    assert all(slow.frames) and len(set(slow.frames)) == 6
+    first = slow.frames[0]
+    slow.set_frames([_fig(x=9)[0], _fig(x=8)[0]])  # replaced while (or after) drawing: only the new ones stay
+    slow.wait(60)
+    assert slow.count == 2 and len(slow.frames) == 2 and slow.frames[0] != first
