@@ -23,7 +23,11 @@ def test_schedule_json_has_the_lists_and_the_closed_form_bubble(name, p, m, v, b
     assert len(out["ranks"]) == p and sum(len(r) for r in out["ranks"]) == 2 * p * m * v
     assert out["bubble_fraction"] == pytest.approx(bubble)
     assert out["bubble_ratio"] == pytest.approx(bubble / (1 - bubble))  # idle / ideal, the papers' (p-1)/m
-    assert out["makespan"] > 0 and len(out["peak_activations"]) == p
+    # each rank computes m·v actions of (1 + 2)/v: busy 3m of the makespan, idle the bubble
+    assert out["makespan"] == pytest.approx(3 * m / (1 - bubble))
+    peaks = {"gpipe": [m] * p, "1f1b": [min(p - r, m) for r in range(p)], "naive": [1] * p,
+             "interleaved": [min((v - 1) * p + 2 * (p - r - 1) + 1, m * v) for r in range(p)]}  # Megatron's warm-up + 1
+    assert out["peak_activations"] == peaks[name]
 
 
 def test_schedule_1f1b_json_matches_megatron(capsys):

@@ -1,6 +1,6 @@
 """Checks for the graded exercises of lesson 4 (pipeline parallel); lesson 5's are in `simlab.grading.tensor_parallel`:
-write 1F1B (`check_one_f_one_b`), repair a broken 1F1B list (`check_repaired_schedule`), and predict rank 0's
-peak activations under GPipe and 1F1B before running both for real (`check_peak_prediction`).
+write 1F1B (`check_one_f_one_b`), repair a broken 1F1B list (`check_repaired_schedule`), and predict every
+rank's peak activations under GPipe and 1F1B before running both for real (`check_peak_prediction`).
 
 As in every `simlab.grading` module: each check prints one stable line (✓ or ✗ naming the case), which nbval
 compares; a failing check raises AssertionError so the cell fails.
@@ -79,6 +79,8 @@ def check_repaired_schedule(schedule) -> None:
         got = as_actions(schedule)
     except (TypeError, ValueError) as err:
         fail(title, case, str(err))
+    if got == as_actions(BROKEN_ONE_F_ONE_B):  # the exercise's stub: nothing mended yet, like an unwritten answer
+        raise NotImplementedError("exercise: mend the lists in the cell above")
     if len(got) != p:
         fail(title, case, f"{len(got)} action lists, the pipeline has {p} ranks: one list per rank")
     problems = validate(got, stages=p, microbatches=m)
@@ -100,52 +102,82 @@ def check_repaired_schedule(schedule) -> None:
 
 # ---------------------------------------------------------------- predict, then run: peak activations
 
-PREDICT_STAGES, PREDICT_MICROBATCHES = 4, 8
-_WHY_PEAK = {  # what the real run held on rank 0, and why: p = 4 stages, m = 8 micro-batches
-    "gpipe": "GPipe runs all m = 8 forwards before its first backward frees anything",
-    "1f1b": "1F1B's rank 0 runs p - 1 = 3 warm-up forwards, then one more forward before each backward: "
-            "p = 4 micro-batches are in flight when its first backward arrives",
-}
+# Not the lesson's p = 4, m = 8, whose peaks the lesson prints: the prediction needs the rule, not the table.
+PREDICT_STAGES, PREDICT_MICROBATCHES = 3, 6
+PREDICT_GLOBAL_BATCH = 12  # 2 samples per micro-batch (run_pipeline needs the batch divisible by m)
+
+
+def _why_peak(name: str, p: int, m: int) -> str:
+    """What the real run held, and why, in the words of the lesson."""
+    if name == "gpipe":
+        return f"GPipe runs all m = {m} forwards on every rank before its first backward frees anything"
+    return (f"1F1B's rank r runs p - r - 1 warm-up forwards and one more forward before its first backward, "
+            f"then frees one micro-batch per backward: min(p - r, m) = {[min(p - r, m) for r in range(p)]}")
 
 
 def _one_line(value) -> str:
     return (str(value).splitlines() or [""])[0][:80]
 
 
-def check_peak_prediction(predicted, runs) -> None:
-    """Grade `predicted` = {"gpipe": n, "1f1b": n}, the micro-batch activations rank 0 holds at its peak
-    (p = 4, m = 8), against `runs` = {"gpipe": result, "1f1b": result} of `run_pipeline` on real processes:
-    their "measured_peak_activations" is what each rank's executor really kept alive at once."""
-    title = "peak activations on rank 0, predicted vs the real run"
+def _per_rank(guess, p: int) -> list[int] | None:
+    """`guess` as one whole number per rank, or None if it is not that."""
+    if not isinstance(guess, (list, tuple)) or len(guess) != p:
+        return None
+    if any(isinstance(g, bool) or not isinstance(g, int) for g in guess):
+        return None
+    return list(guess)
+
+
+def check_peak_prediction(predicted, run) -> None:
+    """Grade `predicted` = {"gpipe": [n per rank], "1f1b": [n per rank]}, the most micro-batches'
+    activations each rank holds at once (p = 3, m = 6). The prediction is read first (an unanswered
+    stub raises NotImplementedError before anything starts); then `run` (`run_pipeline`) runs both
+    schedules on p real processes, and their "measured_peak_activations" — what each rank's executor
+    really kept alive at once, counted in its own stash, not read off the list — is the answer."""
+    title = "peak activations per rank, predicted vs the real run"
     p, m = PREDICT_STAGES, PREDICT_MICROBATCHES
-    if not isinstance(runs, dict) or set(runs) != {"gpipe", "1f1b"} or not all(
-            isinstance(r, dict) and "measured_peak_activations" in r for r in runs.values()):
-        fail(title, "runs", "needs {'gpipe': run_pipeline('gpipe', …), '1f1b': run_pipeline('1f1b', …)}: real runs")
-    for name, res in runs.items():
-        if (res.get("schedule_name"), res.get("world_size"), res.get("microbatches")) != (name, p, m):
-            fail(title, name, f"the run must be {name} on world_size={p} with microbatches={m}")
     if not isinstance(predicted, dict) or set(predicted) != {"gpipe", "1f1b"}:
         fail(title, "predicted", f"must be a dict with the keys 'gpipe' and '1f1b', got {_one_line(predicted)}")
-    for name in ("gpipe", "1f1b"):
-        guess, real = predicted[name], runs[name]["measured_peak_activations"][0]
-        if isinstance(guess, bool) or not isinstance(guess, int):
-            fail(title, name, f"predict a whole number of micro-batches, got {_one_line(guess)}")
+    if all(v is None for v in predicted.values()):  # the exercise's stub: no process is started for it
+        raise NotImplementedError("exercise: write your prediction in the cell above")
+    guesses = {name: _per_rank(predicted[name], p) for name in ("gpipe", "1f1b")}
+    for name, guess in guesses.items():
+        if guess is None:
+            fail(title, name, f"predict one whole number per rank, {p} in all (rank 0 first), "
+                              f"got {_one_line(predicted[name])}")
+    if not callable(run):
+        fail(title, "run", f"needs the function that runs a schedule for real (run_pipeline), got {_one_line(run)}")
+    runs = {name: run(name, world_size=p, microbatches=m, global_batch=PREDICT_GLOBAL_BATCH, compare_torch=False)
+            for name in ("gpipe", "1f1b")}
+    for name, res in runs.items():
+        if not isinstance(res, dict) or "measured_peak_activations" not in res:
+            fail(title, name, "the run returned no measured_peak_activations: it must be run_pipeline, a real run")
+        if (res.get("schedule_name"), res.get("world_size"), res.get("microbatches")) != (name, p, m):
+            fail(title, name, f"the run must be {name} on world_size={p} with microbatches={m}")
+    for name, guess in guesses.items():
+        real = list(runs[name]["measured_peak_activations"])
         if guess != real:
-            fail(title, name, f"you predicted {guess}, the real run held {real}: {_WHY_PEAK[name]}"
-                              + _hint(name, guess, real))
-    g, o = (runs[n]["measured_peak_activations"][0] for n in ("gpipe", "1f1b"))
-    print(f"{title}: ✓ GPipe {g}, 1F1B {o} micro-batches' activations, as measured: "
-          f"GPipe holds {g / o:g}× as many as 1F1B on rank 0")
+            r = next((r for r in range(p) if guess[r] != real[r]), 0)
+            fail(title, name, f"you predicted {guess}, the real run held {real} (rank {r}: {real[r]}, not "
+                              f"{guess[r]}): {_why_peak(name, p, m)}" + _hint(name, guess, real))
+    g, o = (runs[n]["measured_peak_activations"] for n in ("gpipe", "1f1b"))
+    print(f"{title}: ✓ GPipe {g}, 1F1B {o} micro-batches' activations, as measured: GPipe keeps all m on every "
+          f"rank, 1F1B min(p - r, m)")
 
 
-def _hint(name: str, guess: int, real: int) -> str:
+def _hint(name: str, guess: list[int], real: list[int]) -> str:
     """The usual wrong answers, named."""
-    if name == "1f1b" and guess == 1:
+    p, m = PREDICT_STAGES, PREDICT_MICROBATCHES
+    if name == "1f1b" and guess == [1] * p:
         return " (1F1B does not mean one micro-batch in flight: the warm-up fills the pipeline first)"
-    if name == "1f1b" and guess == real - 1:
-        return " (the warm-up's p - 1, plus the steady state's forward that runs before the first backward)"
-    if name == "1f1b" and guess == PREDICT_MICROBATCHES:
+    if name == "1f1b" and guess == [min(p - r - 1, m) for r in range(p)]:
+        return " (the warm-up's p - r - 1, plus the steady state's forward that runs before the first backward)"
+    if name == "1f1b" and guess == [m] * p:
         return " (that is GPipe's: 1F1B frees one micro-batch with each backward as it goes)"
-    if name == "gpipe" and guess == PREDICT_STAGES:
-        return " (p is 1F1B's bound; GPipe's grows with m)"
+    if name == "1f1b" and guess == real[::-1]:
+        return " (rank 0 is the first stage: its first gradient comes back last, so it holds the most)"
+    if name == "1f1b" and guess == [min(p, m)] * p:
+        return " (a later rank gets its first gradient back sooner: rank r warms up only p - r - 1)"
+    if name == "gpipe" and max(guess) <= p:
+        return " (p - r is 1F1B's bound; GPipe's grows with m)"
     return ""

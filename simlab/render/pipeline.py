@@ -8,7 +8,9 @@ the bubble.
 
 - `draw_gantt(trace, ranks, until=…)`: a matplotlib Figure; `until` draws only what has started by then,
   with a cursor (a static "up to time t"; the explorer's player greys out the rest in the browser
-  instead, on one picture). Text is MIN_FONT or larger as shown; the legend sits outside the axes.
+  instead, on one picture). Text is MIN_FONT or larger as shown; the legend sits outside the axes. The
+  boxes and their micro-batch labels are two collections, so a chart of 2,048 actions still redraws
+  within an explorer's budget.
 - `gantt_text(trace, ranks)`: the same chart as fixed-width text, for nbval to compare.
 - `draw_sim_vs_real(sim, real, ranks)`: the simulation above the real run, on one time axis.
 
@@ -24,13 +26,22 @@ the bubble.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
+
+import numpy as np
 
 from ..plan import Action
-from .mpl import MIN_FONT, _new_ax, _time_unit
+from .mpl import MIN_FONT, _time_unit
 
 OP_COLOR = {"F": "#4c72b0", "B": "#55a868", "I": "#8ccf8f", "W": "#c9a227"}
 OP_NAME = {"F": "forward", "B": "backward", "I": "backward-input", "W": "backward-weight"}
 ROW = 0.8  # box height; rows are 1 apart
+
+
+@lru_cache(maxsize=1 << 16)
+def _parse(name: str) -> Action:
+    """Action.parse, remembered: an explorer redraws the same few thousand names on every change."""
+    return Action.parse(name)
 
 
 def _actions(trace):
@@ -39,7 +50,7 @@ def _actions(trace):
     for e in sorted(trace, key=lambda e: (e.start, e.rank)):
         if e.kind == "compute":
             try:
-                out.append((e, Action.parse(e.name)))
+                out.append((e, _parse(e.name)))
             except ValueError:
                 continue  # not a pipeline action (e.g. a loss event): not drawn
     return out
@@ -71,19 +82,53 @@ def _gantt_axes(ranks: int):
 
 LABEL_INCHES = (0.09, 0.06)  # a box label at MIN_FONT needs 0.09 in per digit plus 0.06 in of margin
 MAX_EDGED = 512  # boxes drawn with a white outline; more are too narrow for one to show, and outlines cost
-MAX_LABELS = 100  # past this many fitting labels, none: each costs ~1 ms per draw, and the player draws twice
+
+
+def _compound(rects):
+    """One Path of many boxes: rects (n, 4) as x0, x1, y0, y1 → n closed rectangles, 5 vertices each."""
+    from matplotlib.path import Path  # matplotlib loads only when something is drawn (the CLI prints text)
+    codes = [Path.MOVETO, Path.LINETO, Path.LINETO, Path.LINETO, Path.CLOSEPOLY]
+    x0, x1, y0, y1 = np.asarray(rects, dtype=float).T  # (n,) each
+    corners = np.stack([np.stack(c, axis=1) for c in ((x0, y0), (x0, y1), (x1, y1), (x1, y0), (x0, y0))], axis=1)
+    return Path(corners.reshape(-1, 2), np.tile(codes, len(rects)))  # (5n, 2)
+
+
+@lru_cache(maxsize=4096)
+def _glyphs(text: str):
+    """`text` at MIN_FONT as an outline (a Path) in points, centred on (0, 0)."""
+    from matplotlib.font_manager import FontProperties
+    from matplotlib.textpath import TextPath
+    from matplotlib.transforms import Affine2D
+    path = TextPath((0, 0), text, prop=FontProperties(size=MIN_FONT))
+    box = path.get_extents()
+    return path.transformed(Affine2D().translate(-(box.x0 + box.x1) / 2, -(box.y0 + box.y1) / 2))
+
+
+def _label_collection(ax, labels):
+    """All box labels as one collection of glyph outlines, placed like scatter markers (offsets in data,
+    outlines in points): one draw call however many there are, where a Text artist each cost ~1 ms per
+    draw and a picture is laid out, measured and painted — so the explorer had to drop its labels."""
+    from matplotlib.collections import PathCollection
+    from matplotlib.transforms import IdentityTransform
+    glyphs = PathCollection([_glyphs(text) for _, _, text, _ in labels], sizes=[1.0] * len(labels),
+                            offsets=[(x, y) for x, y, _, _ in labels], offset_transform=ax.transData,
+                            facecolors=[color for *_, color in labels], edgecolors="none", gid="labels")
+    glyphs.set_transform(IdentityTransform())  # sizes=1: one outline unit is one point, at any dpi
+    glyphs.set_in_layout(False)
+    ax.add_collection(glyphs, autolim=False)
 
 
 def draw_gantt(trace, ranks: int, ax=None, title: str | None = None, until: float | None = None,
-               span: float | None = None, max_labels: int = MAX_LABELS):
+               span: float | None = None):
     """Rank 0 on top; a box per action, labelled with its micro-batch where the label fits. Returns the
-    Figure. All boxes are one PolyCollection (gid "actions"): thousands of them draw in milliseconds,
-    where one Rectangle patch each took seconds, so an explorer can redraw on every knob change.
+    Figure. The boxes are one collection (gid "actions") of one compound path per colour, and the
+    labels another (gid "labels", glyph outlines at MIN_FONT): thousands of actions draw in
+    milliseconds, where a Rectangle patch and a Text each took seconds, so an explorer can redraw on
+    every knob change.
 
     until: draw only actions started by then (clipped at it) and a cursor there. span: the time axis
-    length, so several charts can share one scale. max_labels: more labels than this fit, none is drawn
-    (an explorer that redraws on every change asks for fewer)."""
-    from matplotlib.collections import PolyCollection
+    length, so several charts can share one scale."""
+    from matplotlib.collections import PathCollection
     from matplotlib.patches import Patch
     acts = _actions(trace)
     ax = ax if ax is not None else _gantt_axes(ranks)
@@ -91,23 +136,25 @@ def draw_gantt(trace, ranks: int, ax=None, title: str | None = None, until: floa
     span = span or (max((e.end for e, _ in acts), default=1.0) - t0) or 1.0
     scale, unit = _time_unit(span)
     inches = ax.figure.get_figwidth() * ax.get_position().width * 0.9  # the axes' width, before layout
-    verts, colors, labels = [], [], []
+    by_color, labels = {}, []  # colour → [(x0, x1, y0, y1)], in first-drawn order
     for e, a in acts:
         if until is not None and e.start - t0 >= until:
             continue
         end = e.end if until is None else min(e.end, t0 + until)
         x0, x1 = (e.start - t0) * scale, (end - t0) * scale
-        verts.append([(x0, e.rank - ROW / 2), (x0, e.rank + ROW / 2), (x1, e.rank + ROW / 2), (x1, e.rank - ROW / 2)])
-        colors.append(_shade(OP_COLOR[a.op], a.stage // ranks))
+        by_color.setdefault(_shade(OP_COLOR[a.op], a.stage // ranks), []).append(
+            (x0, x1, e.rank - ROW / 2, e.rank + ROW / 2))
         if end == e.end and (e.end - e.start) / span * inches >= LABEL_INCHES[0] * len(str(a.mb)) + LABEL_INCHES[1]:
             dark = a.op in "FB" and a.stage < ranks  # later chunks are drawn lighter: black reads better there
             labels.append(((x0 + x1) / 2, e.rank, str(a.mb), "white" if dark else "black"))
-    edge = 0.5 if len(verts) <= MAX_EDGED else 0.0  # white gaps between boxes; past that they are too thin to see
-    boxes = PolyCollection(verts, facecolors=colors, edgecolors="white", linewidths=edge, gid="actions")
+    count = sum(map(len, by_color.values()))
+    edge = 0.5 if count <= MAX_EDGED else 0.0  # white gaps between boxes; past that they are too thin to see
+    boxes = PathCollection([_compound(r) for r in by_color.values()], facecolors=list(by_color),
+                           edgecolors="white", linewidths=edge, gid="actions")
     boxes.set_in_layout(False)
-    ax.add_collection(boxes)
-    for x, y, text, color in labels if len(labels) <= max_labels else []:
-        ax.text(x, y, text, ha="center", va="center", fontsize=MIN_FONT, color=color).set_in_layout(False)
+    ax.add_collection(boxes, autolim=False)  # the limits are set below
+    if labels:
+        _label_collection(ax, labels)
     if until is not None:
         ax.axvline(until * scale, color="#d62728", linewidth=1)
     ax.set_xlim(0, span * scale)

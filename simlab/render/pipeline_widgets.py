@@ -25,8 +25,6 @@ NAMES = tuple(SCHEDULES)  # naive, gpipe, 1f1b, interleaved, zero-bubble
 RATIOS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0)  # t_B / t_F: the slider's exact values (2: the lesson's)
 LIMITS = {"stages": (1, 8), "microbatches": (1, 32), "chunks": (1, 4)}  # the sliders' ranges
 MAX_FRAMES = 200  # the timeline player's ticks: Play shows them all in about ten seconds
-EXPLORER_LABELS = 32  # box labels cost ~1 ms each per draw: past this many the explorer draws none, so a
-#                       knob change stays near the 250 ms target (the lesson's static charts label more)
 PEAK_UNITS = "peak activations: micro-batch × stage units (interleaved: chunk units, 1/v of a stage each)"
 
 
@@ -138,7 +136,7 @@ def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8
         nonlocal player
         k = {key: knob.value for key, knob in knobs.items()}
         sim = explore(k["name"], k["stages"], k["microbatches"], k["chunks"], k["ratio"])
-        fig = draw_gantt(sim[1], k["stages"], title=chart_title(sim[2], k["ratio"]), max_labels=EXPLORER_LABELS)
+        fig, _ = frame_of(sim, k["ratio"])  # the picture `explorer_frame` draws, timed in the tests
         times, captions = timeline_ticks(sim[1])
         if player is None:
             player = reveal_player(fig, fig.axes[0], times, captions=captions, label="t ",

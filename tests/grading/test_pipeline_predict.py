@@ -2,7 +2,8 @@
 answer fails with the line that explains it. The prediction is graded against real runs (gloo, CPU)."""
 import pytest
 
-from simlab.grading.pipeline import (BROKEN_ONE_F_ONE_B, check_peak_prediction, check_repaired_schedule)
+from simlab.grading.pipeline import (BROKEN_ONE_F_ONE_B, PREDICT_MICROBATCHES, PREDICT_STAGES,
+                                     check_peak_prediction, check_repaired_schedule)
 from simlab.parity.pipeline import run_pipeline
 from simlab.sim.pipeline_check import validate
 from simlab.sim.schedules import gpipe, one_f_one_b
@@ -30,6 +31,13 @@ def test_the_repair_passes(repair, capsys):
     assert capsys.readouterr().out.startswith("repaired 1F1B schedule: ✓ valid, makespan 18 = 1F1B's")
 
 
+def test_the_untouched_stub_is_an_unwritten_answer(capsys):
+    """The exercise cell left as it is: NotImplementedError, like every stub, not a wrong-answer ✗."""
+    with pytest.raises(NotImplementedError, match="mend the lists"):
+        check_repaired_schedule([list(rank) for rank in BROKEN_ONE_F_ONE_B])
+    assert capsys.readouterr().out == ""
+
+
 def _fix_only_rank(r):
     """The broken list with only rank r's slip mended."""
     out = [list(rank) for rank in BROKEN_ONE_F_ONE_B]
@@ -38,7 +46,8 @@ def _fix_only_rank(r):
 
 
 @pytest.mark.parametrize("schedule, reason", [
-    (BROKEN_ONE_F_ONE_B, "rank 2, step 2: 2B1 comes before 2F1 (step 3): a backward needs the activations"),
+    ([BROKEN_ONE_F_ONE_B[0][:-2] + ["0B3", "0B2"]] + BROKEN_ONE_F_ONE_B[1:],  # touched, not mended
+     "rank 2, step 2: 2B1 comes before 2F1 (step 3): a backward needs the activations"),
     (_fix_only_rank(2), "deadlock: rank 0 is stuck at step 1 (0B0), waiting for 1B0"),
     (_fix_only_rank(0), "2B1 comes before 2F1"),
     ([_fix_only_rank(2)[0][:-1]] + _fix_only_rank(0)[1:], "missing: 0B3"),
@@ -63,47 +72,95 @@ def test_a_valid_but_slow_repair_is_told_the_makespan(capsys):
 
 # ---------------------------------------------------------------- predict, then run
 
+P, M = 3, 6  # the exercise's pipeline: not the lesson's 4 x 8, whose peaks the lesson prints
+
+
 @pytest.fixture(scope="module")
 def runs():
-    """GPipe and 1F1B on 4 real processes, m = 8: about a second each."""
-    return {name: run_pipeline(name, world_size=4, microbatches=8, compare_torch=False) for name in ("gpipe", "1f1b")}
+    """GPipe and 1F1B on 3 real processes, m = 6, as the check asks for them: about a second each."""
+    return {name: run_pipeline(name, world_size=P, microbatches=M, global_batch=12, compare_torch=False)
+            for name in ("gpipe", "1f1b")}
 
 
-def test_the_real_runs_hold_what_the_lists_say(runs):
+def replay(results, calls=None):
+    """A stand-in for run_pipeline that hands back `results` (real runs made once), noting each call."""
+    def run(name, **kwargs):
+        (calls if calls is not None else []).append((name, kwargs))
+        return results[name]
+    return run
+
+
+def test_the_exercise_asks_for_a_case_the_lesson_does_not_print():
+    assert (PREDICT_STAGES, PREDICT_MICROBATCHES) == (P, M) != (4, 8)
+
+
+def test_the_real_runs_hold_what_the_closed_forms_say(runs):
     # measured in the executor's own stash, not computed from the list: the check grades against these
-    assert runs["gpipe"]["measured_peak_activations"] == [8, 8, 8, 8]
-    assert runs["1f1b"]["measured_peak_activations"] == [4, 3, 2, 1]
+    assert runs["gpipe"]["measured_peak_activations"] == [M] * P
+    assert runs["1f1b"]["measured_peak_activations"] == [min(P - r, M) for r in range(P)] == [3, 2, 1]
 
 
-def test_the_right_prediction_passes(runs, capsys):
-    check_peak_prediction({"gpipe": 8, "1f1b": 4}, runs)
+def test_the_right_prediction_passes_and_the_check_runs_the_asked_case(runs, capsys):
+    calls = []
+    check_peak_prediction({"gpipe": [6, 6, 6], "1f1b": (3, 2, 1)}, replay(runs, calls))
     assert capsys.readouterr().out.startswith(
-        "peak activations on rank 0, predicted vs the real run: ✓ GPipe 8, 1F1B 4 micro-batches' activations, "
-        "as measured: GPipe holds 2× as many as 1F1B on rank 0")
+        "peak activations per rank, predicted vs the real run: ✓ GPipe [6, 6, 6], 1F1B [3, 2, 1] micro-batches' "
+        "activations, as measured")
+    assert [(name, kw["world_size"], kw["microbatches"]) for name, kw in calls] == [("gpipe", P, M), ("1f1b", P, M)]
 
 
 @pytest.mark.parametrize("predicted, reason", [
-    ({"gpipe": 4, "1f1b": 4}, "gpipe: you predicted 4, the real run held 8: GPipe runs all m = 8 forwards"),
-    ({"gpipe": 4, "1f1b": 4}, "p is 1F1B's bound; GPipe's grows with m"),
-    ({"gpipe": 8, "1f1b": 1}, "1f1b: you predicted 1, the real run held 4"),
-    ({"gpipe": 8, "1f1b": 1}, "does not mean one micro-batch in flight"),
-    ({"gpipe": 8, "1f1b": 3}, "plus the steady state's forward that runs before the first backward"),
-    ({"gpipe": 8, "1f1b": 8}, "that is GPipe's"),
-    ({"gpipe": 8, "1f1b": 2}, "1f1b: you predicted 2, the real run held 4: 1F1B's rank 0 runs p - 1 = 3 warm-up"),
-    ({"gpipe": 8.0, "1f1b": 4}, "gpipe: predict a whole number of micro-batches, got 8.0"),
-    ({"gpipe": 8}, "must be a dict with the keys 'gpipe' and '1f1b'"),
-    (8, "must be a dict with the keys"),
-    ({"gpipe": None, "1f1b": None}, "gpipe: predict a whole number of micro-batches, got None"),  # the unanswered stub
+    ({"gpipe": [3, 2, 1], "1f1b": [3, 2, 1]},
+     "gpipe: you predicted [3, 2, 1], the real run held [6, 6, 6] (rank 0: 6, not 3): GPipe runs all m = 6"),
+    ({"gpipe": [3, 3, 3], "1f1b": [3, 2, 1]}, "p - r is 1F1B's bound; GPipe's grows with m"),
+    ({"gpipe": [6, 6, 6], "1f1b": [1, 1, 1]}, "1f1b: you predicted [1, 1, 1], the real run held [3, 2, 1]"),
+    ({"gpipe": [6, 6, 6], "1f1b": [1, 1, 1]}, "does not mean one micro-batch in flight"),
+    ({"gpipe": [6, 6, 6], "1f1b": [2, 1, 0]}, "plus the steady state's forward that runs before the first backward"),
+    ({"gpipe": [6, 6, 6], "1f1b": [6, 6, 6]}, "that is GPipe's"),
+    ({"gpipe": [6, 6, 6], "1f1b": [1, 2, 3]}, "rank 0 is the first stage: its first gradient comes back last"),
+    ({"gpipe": [6, 6, 6], "1f1b": [3, 3, 3]}, "(rank 1: 2, not 3)"),
+    ({"gpipe": [6, 6, 6], "1f1b": [3, 3, 3]}, "rank r warms up only p - r - 1"),
+    ({"gpipe": [6, 6, 6], "1f1b": [3, 2, 2]}, "min(p - r, m) = [3, 2, 1]"),
 ])
 def test_each_wrong_prediction_fails_with_its_reason(runs, predicted, reason, capsys):
-    assert reason in _fails(check_peak_prediction, predicted, runs, capsys=capsys)
+    assert reason in _fails(check_peak_prediction, predicted, replay(runs), capsys=capsys)
+
+
+@pytest.mark.parametrize("predicted, reason", [
+    ({"gpipe": 6, "1f1b": [3, 2, 1]}, "gpipe: predict one whole number per rank, 3 in all (rank 0 first), got 6"),
+    ({"gpipe": [6, 6], "1f1b": [3, 2, 1]}, "3 in all (rank 0 first), got [6, 6]"),
+    ({"gpipe": [6.0, 6, 6], "1f1b": [3, 2, 1]}, "predict one whole number per rank"),
+    ({"gpipe": [6, 6, 6], "1f1b": None}, "1f1b: predict one whole number per rank, 3 in all (rank 0 first), got None"),
+    ({"gpipe": [6, 6, 6]}, "must be a dict with the keys 'gpipe' and '1f1b'"),
+    (8, "must be a dict with the keys"),
+])
+def test_a_malformed_prediction_fails_before_any_process_starts(predicted, reason, capsys):
+    calls = []
+    assert reason in _fails(check_peak_prediction, predicted, replay({}, calls), capsys=capsys)
+    assert calls == []
+
+
+def test_the_unanswered_stub_is_not_implemented_and_starts_nothing(capsys):
+    calls = []
+    with pytest.raises(NotImplementedError, match="write your prediction"):
+        check_peak_prediction({"gpipe": None, "1f1b": None}, replay({}, calls))
+    assert calls == [] and capsys.readouterr().out == ""
 
 
 def test_the_prediction_is_graded_on_real_runs_of_the_asked_case(runs, capsys):
-    assert "needs {'gpipe'" in _fails(check_peak_prediction, {"gpipe": 8, "1f1b": 4}, {"gpipe": runs["gpipe"]},
-                                      capsys=capsys)
+    right = {"gpipe": [6, 6, 6], "1f1b": [3, 2, 1]}
+    assert "needs the function that runs a schedule for real" in _fails(check_peak_prediction, right, runs,
+                                                                        capsys=capsys)
     swapped = {"gpipe": runs["1f1b"], "1f1b": runs["gpipe"]}
-    assert "the run must be gpipe on world_size=4" in _fails(check_peak_prediction, {"gpipe": 8, "1f1b": 4},
-                                                              swapped, capsys=capsys)
-    simulated = {name: {"schedule_name": name, "world_size": 4, "microbatches": 8} for name in ("gpipe", "1f1b")}
-    assert "real runs" in _fails(check_peak_prediction, {"gpipe": 8, "1f1b": 4}, simulated, capsys=capsys)
+    assert "the run must be gpipe on world_size=3" in _fails(check_peak_prediction, right, replay(swapped),
+                                                              capsys=capsys)
+    simulated = {name: {"schedule_name": name, "world_size": P, "microbatches": M} for name in ("gpipe", "1f1b")}
+    assert "a real run" in _fails(check_peak_prediction, right, replay(simulated), capsys=capsys)
+
+
+def test_the_grade_follows_the_measurement_not_the_list(runs, capsys):
+    """Were a rank to hold one more micro-batch than the list says (a leak), the same right-by-the-list
+    prediction would fail: the check reads what the executor counted."""
+    leaky = runs | {"1f1b": runs["1f1b"] | {"measured_peak_activations": [4, 2, 1]}}
+    out = _fails(check_peak_prediction, {"gpipe": [6, 6, 6], "1f1b": [3, 2, 1]}, replay(leaky), capsys=capsys)
+    assert "the real run held [4, 2, 1] (rank 0: 4, not 3)" in out

@@ -13,13 +13,15 @@ from simlab.trace import Event, Trace  # noqa: E402
 
 
 def boxes(ax) -> list[tuple[float, float, float, float, str]]:
-    """(x, y, width, height, colour) of every action box: all of them live in one PolyCollection."""
+    """(x, y, width, height, colour) of every action box: all of them live in one collection, one
+    compound path per colour, each box a closed rectangle of its own."""
     (actions,) = [c for c in ax.collections if c.get_gid() == "actions"]
     colours = [matplotlib.colors.to_hex(c) for c in actions.get_facecolors()]
     out = []
-    for path, colour in zip(actions.get_paths(), colours):
-        (x0, y0), (x1, y1) = path.vertices.min(axis=0), path.vertices.max(axis=0)
-        out.append((x0, y0, x1 - x0, y1 - y0, colour))
+    for path, colour in zip(actions.get_paths(), colours, strict=True):
+        for corners in path.to_polygons(closed_only=True):  # one polygon per box
+            (x0, y0), (x1, y1) = corners.min(axis=0), corners.max(axis=0)
+            out.append((x0, y0, x1 - x0, y1 - y0, colour))
     return out
 
 

@@ -63,10 +63,45 @@ def test_the_gpipe_table_and_the_sentence_under_it():
     assert float(stated[5]) == (int(stated[1]) - 1) / int(stated[2])
 
 
-def test_the_five_schedules_table_prints_both_conventions():
-    for line in printed(LESSON, "7e2add31").splitlines()[1:]:
-        fraction, ratio = (float(x) for x in line.split()[2:4])
-        assert ratio == pytest.approx(fraction / (1 - fraction), abs=2e-3)  # both rounded to 3 digits
+def test_the_five_schedules_table_is_the_closed_forms():
+    """Section 6's table, row by row, against formulas written out here: the same whole batch (8
+    micro-batch units of forward 1, backward 2, on each of p = 4 stages: 96 units of work), so
+    makespan = work / (p · (1 − bubble)); peaks: naive 1, GPipe m, 1F1B p − r, ZB-H1 p, interleaved
+    Megatron's warm-up (v − 1)·p + 2(p − r − 1) plus the steady state's first forward."""
+    p, m, v, work = 4, 8, 2, 96
+    want = {"naive": (3 / 4, [1] * p), "gpipe": (3 / 11, [m] * p), "1f1b": (3 / 11, [p - r for r in range(p)]),
+            "interleaved": (3 / 19, [(v - 1) * p + 2 * (p - r - 1) + 1 for r in range(p)]),
+            "zero-bubble": (3 / 27, [p] * p)}
+    rows = printed(LESSON, "7e2add31").splitlines()[1:]
+    assert [row.split()[0] for row in rows] == list(want)
+    for row in rows:
+        name, span, fraction, ratio = row.split()[:4]
+        bubble, peaks = want[name]
+        assert float(span) == pytest.approx(work / (p * (1 - bubble)))
+        assert float(fraction) == round(bubble, 3) and float(ratio) == round(bubble / (1 - bubble), 3)
+        assert json.loads(row[row.index("["):]) == peaks
+    text = " ".join(source(LESSON, "70e37435").split())  # "its 11 units on rank 0 weigh 5.5 stage units"
+    units = re.search(r"its (\d+) units on rank 0 weigh ([\d.]+) stage units, more than 1F1B's (\d+)", text)
+    assert int(units[1]) == want["interleaved"][1][0] and float(units[2]) == int(units[1]) / v
+    assert int(units[3]) == want["1f1b"][1][0] < float(units[2])
+    assert "4 + 6 + the steady state's 1 = 11 chunk units" in text  # (v-1)·p = 4, 2(p-1) = 6
+
+
+def test_the_zero_bubble_cell_states_the_times_it_simulates_with():
+    assert "t_f=1, t_b=2, t_w=1" in source(LESSON, "98176125")
+    assert "split into I = 1 and W = 1 (`t_w=1`: I takes t_B − t_W)" in " ".join(source(LESSON, "bc70932d").split())
+    bubble = float(re.search(r"bubble ([\d.]+) vs 1F1B", printed(LESSON, "98176125"))[1])
+    assert bubble == round(closed_form_bubble("zero-bubble", 4, 8), 4) == round(3 / 27, 4)
+
+
+def test_the_exercise_description_matches_the_grader():
+    from simlab.grading.pipeline import PREDICT_MICROBATCHES, PREDICT_STAGES
+    text = " ".join(source(LESSON, "98571331").split())
+    assert f"p = {PREDICT_STAGES}, m = {PREDICT_MICROBATCHES} (a case this lesson does not print)" in text
+    prompt = " ".join(source(SOLUTION, "l4-predict-intro").split())
+    assert f"p = {PREDICT_STAGES} stages on {PREDICT_STAGES} real processes, m = {PREDICT_MICROBATCHES}" in prompt
+    # the check runs the asked case itself: the learner hands it the real runner, not results
+    assert source(SOLUTION, "l4-predict-run").startswith("check_peak_prediction(peak, run_pipeline)")
 
 
 def test_the_interleaved_rule_is_torchs():
@@ -121,3 +156,13 @@ def test_each_notebook_ends_with_a_summary_and_the_next_lesson(path):
     assert 3 <= len(bullets) <= 6
     nxt = re.search(r"Next: `([^`]+)`", last)[1]
     assert nxt == "notebooks/05_tensor_parallel.ipynb" and (ROOT / nxt).exists()
+
+
+def test_the_exercise_shows_no_answer_before_it_runs():
+    """What a learner opens: no verdict, no 1F1B lists of their own function, no peaks of the predicted case."""
+    from simlab.sim.schedules import format_grid, one_f_one_b
+    exercise = ROOT / "exercises" / "04_pipeline_parallel.ipynb"
+    shown = "".join(printed(exercise, cid) for cid, cell in cells(exercise).items() if cell["cell_type"] == "code")
+    assert "✓" not in shown
+    assert format_grid(one_f_one_b(4, 8)) not in shown and "0F0 0F1 0F2 0F3 0B0" not in shown
+    assert "[3, 2, 1]" not in shown and "[6, 6, 6]" not in shown
