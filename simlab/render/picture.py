@@ -30,10 +30,14 @@ def _render_png(fig, with_box: bool):
         FigureCanvasAgg(fig)
     bbox = "tight"
     if with_box:
-        fig.draw_without_rendering()  # lays the figure out (a layout engine runs here) without painting it
+        if fig.get_layout_engine() is not None:
+            fig.draw_without_rendering()  # lays the figure out (the layout engine runs here) without painting
         bbox = fig.get_tightbbox(fig.canvas.get_renderer()).padded(0.1)  # what "tight" would crop to
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=DISPLAY_DPI * PIXEL_SCALE, bbox_inches=bbox, pad_inches=0.1)
+    # zlib level 1: a picture is encoded for one trip to the browser, not stored; the default level took a
+    # third of a Gantt chart's time for files only 1.5x smaller
+    fig.savefig(buf, format="png", dpi=DISPLAY_DPI * PIXEL_SCALE, bbox_inches=bbox, pad_inches=0.1,
+                pil_kwargs={"compress_level": 1})
     return buf.getvalue(), (bbox if with_box else None)
 
 

@@ -135,6 +135,7 @@ def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8
     def rebuild(_change=None) -> None:  # one simulation and one picture per knob change
         nonlocal player
         k = {key: knob.value for key, knob in knobs.items()}
+        knobs["chunks"].disabled = k["name"] != "interleaved"  # only interleaving splits a rank into chunks
         sim = explore(k["name"], k["stages"], k["microbatches"], k["chunks"], k["ratio"])
         fig, _ = frame_of(sim, k["ratio"])  # the picture `explorer_frame` draws, timed in the tests
         times, captions = timeline_ticks(sim[1])

@@ -209,3 +209,15 @@ def test_a_failed_run_is_one_line_and_the_button_comes_back():
 def test_without_a_run_there_is_no_button():
     panel = PW.schedule_explorer(**LESSON)  # renderers start no processes of their own
     assert panel.run_control is None and len(panel.children) == 5
+
+
+def test_the_chunks_knob_is_live_only_for_interleaving():
+    from simlab.render.pipeline_widgets import schedule_explorer
+    panel = schedule_explorer("1f1b", stages=4, microbatches=8, chunks=2)
+    knobs = {c.description: c for box in panel.children if hasattr(box, "children") for c in box.children
+             if hasattr(c, "description")}
+    chunks = next(k for name, k in knobs.items() if name.startswith("chunks"))
+    schedule = next(k for k in knobs.values() if getattr(k, "options", None) and "interleaved" in k.options)
+    assert chunks.disabled  # 1F1B has one chunk per rank: the knob would change nothing
+    schedule.value = "interleaved"
+    assert not chunks.disabled
