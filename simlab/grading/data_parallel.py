@@ -3,15 +3,16 @@
 prediction (buckets, bytes rank 0 sends) made before a real DDP run, graded against what it measured."""
 from __future__ import annotations
 
+from ..i18n import N_, _
 from ..sim.buckets import BucketReadiness, assign_buckets, torch_rule_buckets
 from .common import fail
 
-BUCKET_MODELS = {  # parameter bytes in module order (weight, bias, …), from real layer shapes
-    "tiny MLP 8-16-16-4": [512, 64, 1024, 64, 256, 16],
-    "MLP 1024x4": [4 * 1024 * 1024, 4096] * 4,
-    "transformer block h=256": [4 * 256 * 768, 4 * 768, 4 * 256 * 256, 4 * 256, 4 * 256, 4 * 256,
+BUCKET_MODELS = {  # parameter bytes in module order (weight, bias, …), from real layer shapes; names shown via _()
+    N_("tiny MLP 8-16-16-4"): [512, 64, 1024, 64, 256, 16],
+    N_("MLP 1024x4"): [4 * 1024 * 1024, 4096] * 4,
+    N_("transformer block h=256"): [4 * 256 * 768, 4 * 768, 4 * 256 * 256, 4 * 256, 4 * 256, 4 * 256,
                                 4 * 256 * 1024, 4 * 1024, 4 * 1024 * 256, 4 * 256, 4 * 256, 4 * 256],
-    "one huge layer": [64 << 20, 1024],
+    N_("one huge layer"): [64 << 20, 1024],
 }
 BUCKET_CAPS = [1, 1000, 4096, 1 << 20, 25 << 20]
 
@@ -35,23 +36,28 @@ def _launch_sequence(readiness_cls, buckets, order) -> list[list[int]]:
 def _bucket_mistake(got, sizes: list[int], cap: int, want: list[list[int]]) -> str:
     """Why a student's buckets differ from `want` (simlab's), in words a learner can act on."""
     if not isinstance(got, (list, tuple)) or not all(isinstance(b, (list, tuple)) for b in got):
-        return f"returned {got!r}: return a list of buckets, each a list of parameter indices"
+        return _("returned {got}: return a list of buckets, each a list of parameter indices").format(got=repr(got))
     flat = [i for b in got for i in b]
     if sorted(flat) != list(range(len(sizes))):
-        return f"buckets {got}: every parameter index 0..{len(sizes) - 1} must be in exactly one bucket"
+        return _("buckets {got}: every parameter index 0..{last} must be in exactly one bucket").format(
+            got=got, last=len(sizes) - 1)
     if any(len(b) == 0 for b in got):
-        return f"buckets {got} include an empty one: open a new bucket only when there is a parameter to put in it"
+        return _("buckets {got} include an empty one: open a new bucket only when there is a parameter to put "
+                 "in it").format(got=got)
     if [list(b) for b in got] == torch_rule_buckets(sizes, cap):
-        return (f"buckets {got} follow torch's rule (close a bucket once it reaches the cap, keeping the "
-                f"parameter that crossed it); here a parameter that would not fit starts the next bucket: {want}")
+        return _("buckets {got} follow torch's rule (close a bucket once it reaches the cap, keeping the "
+                 "parameter that crossed it); here a parameter that would not fit starts the next bucket: "
+                 "{want}").format(got=got, want=want)
     over = [list(b) for b in got if len(b) > 1 and sum(sizes[i] for i in b) > cap]
     if over:
-        return (f"bucket {over[0]} holds {sum(sizes[i] for i in over[0]):,} bytes, over the cap of {cap:,}: "
-                f"start a new bucket when the next parameter would not fit")
+        return _("bucket {bucket} holds {held} bytes, over the cap of {cap}: start a new bucket when the next "
+                 "parameter would not fit").format(bucket=over[0], held=f"{sum(sizes[i] for i in over[0]):,}",
+                                                   cap=f"{cap:,}")
     if flat != list(reversed(range(len(sizes)))):
-        return (f"buckets {got}: walk the parameters last to first (backward produces the last layer's "
-                f"gradients first), so the indices run {len(sizes) - 1}, {len(sizes) - 2}, … 0")
-    return f"buckets {got} but expected {want}: add while the bucket stays within the cap"
+        return _("buckets {got}: walk the parameters last to first (backward produces the last layer's "
+                 "gradients first), so the indices run {last}, {before_last}, … 0").format(
+            got=got, last=len(sizes) - 1, before_last=len(sizes) - 2)
+    return _("buckets {got} but expected {want}: add while the bucket stays within the cap").format(got=got, want=want)
 
 
 def _launch_mistake(got: list[list[int]], buckets, order: list[int]) -> str:
@@ -60,26 +66,27 @@ def _launch_mistake(got: list[list[int]], buckets, order: list[int]) -> str:
     for p, out in zip(order, got):
         ready.add(p)
         if out is None:
-            return f"mark_ready({p}) returned None: return a list of bucket indices (empty when none may start)"
+            return _("mark_ready({p}) returned None: return a list of bucket indices (empty when none may "
+                     "start)").format(p=p)
         for b in out:
             if b in launched:
-                return f"bucket {b} launched twice"
+                return _("bucket {b} launched twice").format(b=b)
             if not set(buckets[b]) <= ready:
-                return (f"bucket {b} launched when gradient {p} was ready, before all of its "
-                        f"gradients {list(buckets[b])} were")
+                return _("bucket {b} launched when gradient {p} was ready, before all of its gradients {grads} "
+                         "were").format(b=b, p=p, grads=list(buckets[b]))
             if b != len(launched):
-                return (f"bucket {b} launched before bucket {len(launched)}: every rank must start them in "
-                        f"bucket order, or the all-reduces pair up wrongly")
+                return _("bucket {b} launched before bucket {first}: every rank must start them in bucket order, "
+                         "or the all-reduces pair up wrongly").format(b=b, first=len(launched))
             launched.append(b)
-    return "a bucket waited after it and every earlier one could start: return every bucket that may start now"
+    return _("a bucket waited after it and every earlier one could start: return every bucket that may start now")
 
 
 def check_bucketing(assign_fn, readiness_cls) -> None:
     """Grade a student's `assign_buckets` and `BucketReadiness` against simlab's on several models."""
-    title, cases = "DDP bucketing", 0
+    title, cases = _("DDP bucketing"), 0
     for model, sizes in BUCKET_MODELS.items():
         for cap in BUCKET_CAPS:
-            case = f"{model}, cap_bytes={cap}"
+            case = f"{_(model)}, cap_bytes={cap}"
             want, got = assign_buckets(sizes, cap), assign_fn(sizes, cap)
             if not isinstance(got, (list, tuple)) or [list(b) if isinstance(b, (list, tuple)) else b
                                                       for b in got] != want:
@@ -88,11 +95,12 @@ def check_bucketing(assign_fn, readiness_cls) -> None:
                 expected = _launch_sequence(BucketReadiness, want, order)
                 launches = _launch_sequence(readiness_cls, want, order)
                 if launches != expected:
-                    fail(title, f"{case}, grads ready in order {order}",
-                         f"launches differ from {expected}: {_launch_mistake(launches, want, order)}")
+                    fail(title, _("{case}, grads ready in order {order}").format(case=case, order=order),
+                         _("launches differ from {expected}: {why}").format(
+                             expected=expected, why=_launch_mistake(launches, want, order)))
             cases += 1
-    print(f"{title}: ✓ {cases} model/cap cases: buckets in reverse order under the cap, "
-          f"each launched when its last gradient is ready, in bucket order")
+    print(f"{title}: ✓ " + _("{cases} model/cap cases: buckets in reverse order under the cap, each launched "
+                             "when its last gradient is ready, in bucket order").format(cases=cases))
 
 
 # ---------------------------------------------------------------- predict, then run
@@ -100,38 +108,40 @@ def check_bucketing(assign_fn, readiness_cls) -> None:
 PREDICT_CAP_BYTES = 5000  # the tiny MLP's 8 tensors (11,152 bytes): 3 buckets by simlab's rule, 2 by torch's
 
 
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def check_ddp_prediction(predicted_buckets, predicted_bytes, real: dict, cap_bytes: int = PREDICT_CAP_BYTES) -> None:
     """Grade a prediction made before the run against what the real DDP run (`run_ddp`) measured:
     how many buckets it formed, and how many bytes rank 0's ring sent in one step."""
-    title = "DDP prediction"
+    title = _("DDP prediction")
     n, sizes = real["world_size"], [4 * k for k in real["param_numels"]]  # fp32 bytes per tensor
     buckets, sent, model = len(real["buckets"]), real["bytes_sent_per_rank"][0], sum(sizes)
     if predicted_buckets is None or predicted_bytes is None:  # not answered yet: the exercise's stub state
-        raise NotImplementedError("exercise: set predicted_buckets and predicted_bytes before the run")
+        raise NotImplementedError(_("exercise: set predicted_buckets and predicted_bytes before the run"))
     for name, value in (("predicted_buckets", predicted_buckets), ("predicted_bytes", predicted_bytes)):
         if isinstance(value, bool) or not isinstance(value, int):
-            fail(title, name, f"{value!r}: write a whole number before running the cell")
+            fail(title, name, _("{value}: write a whole number before running the cell").format(value=repr(value)))
     if predicted_buckets != buckets:
-        why = {1: f"one bucket would need the whole model ({model:,} bytes) under the {cap_bytes:,}-byte cap",
-               len(sizes): "a bucket packs several tensors until the next one would not fit",
-               len(torch_rule_buckets(sizes, cap_bytes)): "that is torch's rule (a bucket closes once it "
-               "reaches the cap, keeping the tensor that crossed it); simlab starts a new bucket instead"}
-        fail(title, f"predicted {_count(predicted_buckets, 'bucket')}", f"the real run formed {buckets}: "
-             + why.get(predicted_buckets, "walk the tensors last to first, adding while the total stays <= the cap"))
+        why = {1: _("one bucket would need the whole model ({model} bytes) under the {cap}-byte cap").format(
+                   model=f"{model:,}", cap=f"{cap_bytes:,}"),
+               len(sizes): _("a bucket packs several tensors until the next one would not fit"),
+               len(torch_rule_buckets(sizes, cap_bytes)): _(
+                   "that is torch's rule (a bucket closes once it reaches the cap, keeping the tensor that crossed "
+                   "it); simlab starts a new bucket instead")}
+        fail(title, _("predicted {n} bucket{s}").format(n=predicted_buckets, s="" if predicted_buckets == 1 else "s"),
+             _("the real run formed {buckets}: ").format(buckets=buckets) + why.get(
+                 predicted_buckets, _("walk the tensors last to first, adding while the total stays <= the cap")))
     if predicted_bytes != sent:
-        why = [(model, "that is the model once: a ring all-reduce is a reduce-scatter then an all-gather, "
-                        "each sending (N-1)/N of every bucket"),
-               (2 * model, f"2x the model is the limit for many ranks; with N={n} each rank sends 2(N-1)/N of it"),
-               ((n - 1) * model, "that is DP's hub sending the model to N-1 devices; in a ring every rank "
-                                 "sends the same 2(N-1)/N of the model"),
-               ((n - 1) * model // n, "that is only the reduce-scatter half of each all-reduce; the all-gather "
-                                      "half sends as much again"),
-               (2 * sent, "that counts bytes sent plus bytes received; the question asks what rank 0 sends")]
+        why = [(model, _("that is the model once: a ring all-reduce is a reduce-scatter then an all-gather, each "
+                         "sending (N-1)/N of every bucket")),
+               (2 * model, _("2x the model is the limit for many ranks; with N={n} each rank sends 2(N-1)/N of "
+                             "it").format(n=n)),
+               ((n - 1) * model, _("that is DP's hub sending the model to N-1 devices; in a ring every rank sends "
+                                   "the same 2(N-1)/N of the model")),
+               ((n - 1) * model // n, _("that is only the reduce-scatter half of each all-reduce; the all-gather "
+                                        "half sends as much again")),
+               (2 * sent, _("that counts bytes sent plus bytes received; the question asks what rank 0 sends"))]
         reasons = [reason for wrong, reason in why if wrong == predicted_bytes]  # where two coincide, both
-        fail(title, f"predicted {predicted_bytes:,} bytes", f"rank 0 really sent {sent:,} per step: "
-             + ("; or ".join(reasons) or "sum 2(N-1)/N of each bucket's bytes"))
-    print(f"{title}: ✓ {_count(buckets, 'bucket')} and {sent:,} bytes from rank 0 per step, as the real run measured")
+        fail(title, _("predicted {nbytes} bytes").format(nbytes=f"{predicted_bytes:,}"),
+             _("rank 0 really sent {sent} per step: ").format(sent=f"{sent:,}")
+             + (_("; or ").join(reasons) or _("sum 2(N-1)/N of each bucket's bytes")))
+    print(f"{title}: ✓ " + _("{n} bucket{s} and {sent} bytes from rank 0 per step, as the real run measured").format(
+        n=buckets, s="" if buckets == 1 else "s", sent=f"{sent:,}"))

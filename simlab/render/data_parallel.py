@@ -11,9 +11,10 @@ in the browser and syncs that back (14.7 M became 15.8 M), so the lesson's numbe
 """
 from __future__ import annotations
 
+from ..i18n import _
 from ..sim.calibrate import fit_ddp_workload
 from ..sim.data_parallel import DEFAULT_MPARAMS, compare, scaled_workload, simulate_ddp, simulate_dp
-from .text import _fmt, mib, plural
+from .text import _fmt, mib
 
 # The knobs' values; each default is one of them, and equals the lesson's default scene exactly.
 MODEL_MPARAMS = tuple(DEFAULT_MPARAMS * 2.0 ** k for k in range(-4, 7))  # 0.918 M … 14.7 M … 940 M
@@ -30,16 +31,20 @@ def explorer_frame(world_size: int, model_mparams: float, bucket_cap_mb: float, 
     w = scaled_workload(world_size, model_mparams, bucket_cap_mb, bandwidth_gbps)
     c = compare(w)
     fig = draw_dp_vs_ddp(simulate_dp(w), simulate_ddp(w))
-    rows = [{"strategy": "DP", "step": _fmt(c["dp_step_seconds"]), "busiest device moves":
-             f"{mib(c['dp_device0_bytes'])} (device 0)", "others move": mib(c["dp_max_other_bytes"]),
-             "buckets": "-", "all-reduce hidden": "-", "exposed": "-"},
-            {"strategy": "DDP", "step": _fmt(c["ddp_step_seconds"]), "busiest device moves":
-             mib(c["ddp_max_rank_bytes"]), "others move": "the same", "buckets": str(c["ddp_buckets"]),
-             "all-reduce hidden": _fmt(c["ddp_hidden_seconds"]), "exposed": _fmt(c["ddp_exposed_seconds"])}]
-    if c["faster"] == "tie":
-        verdict = "faster: tie (equal to the precision shown)"
+    # the columns, in the language in force (the keys are what table_html shows as headers)
+    strategy, step, busiest, others = _("strategy"), _("step"), _("busiest device moves"), _("others move")
+    buckets, hidden, exposed = _("buckets"), _("all-reduce hidden"), _("exposed")
+    rows = [{strategy: "DP", step: _fmt(c["dp_step_seconds"]),
+             busiest: _("{moved} (device 0)").format(moved=mib(c["dp_device0_bytes"])),
+             others: mib(c["dp_max_other_bytes"]), buckets: "-", hidden: "-", exposed: "-"},
+            {strategy: "DDP", step: _fmt(c["ddp_step_seconds"]), busiest: mib(c["ddp_max_rank_bytes"]),
+             others: _("the same"), buckets: str(c["ddp_buckets"]),
+             hidden: _fmt(c["ddp_hidden_seconds"]), exposed: _fmt(c["ddp_exposed_seconds"])}]
+    if c["faster"] == "tie":  # compare()'s verdict words are shown here, so translated here
+        verdict = _("faster: tie (equal to the precision shown)")
     else:
-        verdict = f"faster: {c['faster']} ({max(c['speedup'], 1 / c['speedup']):.2f}x)"
+        verdict = _("faster: {which} ({ratio}x)").format(which=c["faster"],
+                                                         ratio=f"{max(c['speedup'], 1 / c['speedup']):.2f}")
     return fig, rows, verdict
 
 
@@ -56,23 +61,29 @@ def real_frame(result: dict):
     predicted = simulate_ddp(fitted)
     measured = max(e.end for e in ddp["trace"] if e.step == step and e.rank == 0)
     fig = draw_sim_vs_real(predicted.trace, ddp["trace"], rank=0, step=step,
-                           title=f"rank 0, real DDP on {plural(n, 'process')}: "
-                                 "simulator fitted to the run (outlined) vs measured (filled)")
+                           title=_("rank 0, real DDP on {n} process{es}: simulator fitted to the run (outlined) "
+                                   "vs measured (filled)").format(n=n, es="" if n == 1 else "es"))
     same = [list(b) for b in predicted.buckets] == ddp["buckets"]
     cap_bytes = result["real_cap_mb"] * 2**20
-    share = f"the same share of it as {result['bucket_cap_mb']:g} MiB of the explorer's {mib(result['model_bytes'])}"
-    parity = (f"max |params - 1 process| DDP {ddp['max_abs_diff_vs_reference']:.1e}, DP "
-              f"{dp['max_abs_diff_vs_reference']:.1e}; max |params - torch DDP| {ddp['max_abs_diff_vs_torch']:.1e}")
-    sent = (f"DDP {ddp['bytes_sent_per_rank'][0]:,} (ring optimum {ddp['optimal_bytes_per_rank'][0]:,}); "
-            f"DP device 0 {dp['bytes_sent_per_rank'][0]:,}")
+    share = _("the same share of it as {cap} MiB of the explorer's {model}").format(
+        cap=f"{result['bucket_cap_mb']:g}", model=mib(result["model_bytes"]))
+    parity = _("max |params - 1 process| DDP {ddp}, DP {dp}; max |params - torch DDP| {torch}").format(
+        ddp=f"{ddp['max_abs_diff_vs_reference']:.1e}", dp=f"{dp['max_abs_diff_vs_reference']:.1e}",
+        torch=f"{ddp['max_abs_diff_vs_torch']:.1e}")
+    sent = _("DDP {ddp} (ring optimum {optimum}); DP device 0 {dp}").format(
+        ddp=f"{ddp['bytes_sent_per_rank'][0]:,}", optimum=f"{ddp['optimal_bytes_per_rank'][0]:,}",
+        dp=f"{dp['bytes_sent_per_rank'][0]:,}")
     text = "\n".join([
-        f"tiny MLP ({result['real_model_bytes']:,} bytes), cap {cap_bytes:,.0f} bytes: {share}",
-        f"DDP buckets: {ddp['buckets']} (the simulator builds {'the same' if same else 'different ones'})",
-        f"bytes sent per step by rank 0: {sent}",
-        f"step {step}: measured {_fmt(measured)}, simulated (fitted) {_fmt(predicted.step_seconds)}"
-        + (" (one process: the model has no all-reduce to time; the real run still packs every bucket)"
+        _("tiny MLP ({nbytes} bytes), cap {cap} bytes: {share}").format(
+            nbytes=f"{result['real_model_bytes']:,}", cap=f"{cap_bytes:,.0f}", share=share),
+        (_("DDP buckets: {buckets} (the simulator builds the same)") if same
+         else _("DDP buckets: {buckets} (the simulator builds different ones)")).format(buckets=ddp["buckets"]),
+        _("bytes sent per step by rank 0: {sent}").format(sent=sent),
+        _("step {step}: measured {measured}, simulated (fitted) {simulated}").format(
+            step=step, measured=_fmt(measured), simulated=_fmt(predicted.step_seconds))
+        + (_(" (one process: the model has no all-reduce to time; the real run still packs every bucket)")
            if n == 1 else ""),
-        f"parity: {parity}"])
+        _("parity: {parity}").format(parity=parity)])
     return fig, text, [trace_link(ddp["trace"], f"ddp_real_{n}ranks.json")]
 
 
@@ -98,11 +109,12 @@ def dp_ddp_explorer(run=None, world_size: int = 4, model_mparams: float = DEFAUL
         if value not in grid:  # a knob must start on its grid, or the browser moves it
             raise ValueError(f"{name}={value!r}: must be one of {', '.join(f'{v:.3g}' for v in grid)}")
     knobs = {
-        "world_size": W.IntSlider(world_size, 1, 16, description="world size", continuous_update=False),
-        "model_mparams": _slider("model_mparams", MODEL_MPARAMS, model_mparams, "model", lambda v: f"{v:.3g} M"),
-        "bucket_cap_mb": _slider("bucket_cap_mb", BUCKET_CAP_MB, bucket_cap_mb, "bucket cap",
+        "world_size": W.IntSlider(world_size, 1, 16, description=_("world size"), continuous_update=False),
+        "model_mparams": _slider("model_mparams", MODEL_MPARAMS, model_mparams, _("model"), lambda v: f"{v:.3g} M"),
+        "bucket_cap_mb": _slider("bucket_cap_mb", BUCKET_CAP_MB, bucket_cap_mb, _("bucket cap"),
                                  lambda v: f"{v:g} MiB"),
-        "bandwidth_gbps": _slider("bandwidth_gbps", BANDWIDTH_GBPS, bandwidth_gbps, "link", lambda v: f"{v:g} GB/s"),
+        "bandwidth_gbps": _slider("bandwidth_gbps", BANDWIDTH_GBPS, bandwidth_gbps, _("link"),
+                                  lambda v: f"{v:g} GB/s"),
     }
     picture, summary, sim_link = figure_image(), W.HTML(), W.Box()
 
@@ -125,10 +137,10 @@ def dp_ddp_explorer(run=None, world_size: int = 4, model_mparams: float = DEFAUL
             w = scaled_workload(**values)
             return run(values["world_size"], values["bucket_cap_mb"], w.model_bytes)
 
-        control = run_control(run_shown, real_frame, label="run DP and DDP on real processes (≤ 4)",
-                              hint="▶ run this cell to get the real-run button")
+        control = run_control(run_shown, real_frame, label=_("run DP and DDP on real processes (≤ 4)"),
+                              hint=_("▶ run this cell to get the real-run button"))
         children.append(control)
-    panel = Panel(children, hint="▶ run this cell to get the DP vs DDP explorer")
+    panel = Panel(children, hint=_("▶ run this cell to get the DP vs DDP explorer"))
     # for tests and curious learners: the knobs, what they show, and the real run's control
     panel.knobs, panel.picture, panel.summary = knobs, picture, summary
     panel.sim_link, panel.run_control = sim_link, control

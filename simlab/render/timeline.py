@@ -26,32 +26,50 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 
+from ..i18n import N_, _
 from .mpl import _new_ax, _time_unit
-from .text import _fmt, mib, plural
+from .text import _fmt, mib
 
-# category -> (text symbol, colour, legend label); the category is found by `_category`
+# category -> (text symbol, colour, legend label); the category is found by `_category`. Labels are
+# marked (N_) and translated where drawn, so STYLE itself stays the English the tests and callers key on.
 STYLE = {
-    "fwd": ("F", "#4c72b0", "fwd"),
-    "bwd": ("B", "#55a868", "bwd"),
-    "loss": ("L", "#8172b2", "loss"),
-    "update": ("U", "#937860", "update"),
-    "scatter inputs": ("i", "#dd8452", "scatter inputs"),
-    "replicate": ("R", "#c44e52", "replicate model"),
-    "gather outputs": ("o", "#da8bc3", "gather outputs"),
-    "scatter grads": ("g", "#ccb974", "scatter output grads"),
-    "reduce grads": ("G", "#8c1c13", "reduce grads"),
-    "all-reduce": ("0-9", "#d62728", "all-reduce bucket"),  # text: the bucket number
-    "send": (">", "#ff7f0e", "send"),
-    "recv": ("<", "#1f77b4", "recv"),
-    "compute": ("#", "#2ca02c", "compute"),
-    "comm": ("=", "#7f7f7f", "comm"),
+    "fwd": ("F", "#4c72b0", N_("fwd")),
+    "bwd": ("B", "#55a868", N_("bwd")),
+    "loss": ("L", "#8172b2", N_("loss")),
+    "update": ("U", "#937860", N_("update")),
+    "scatter inputs": ("i", "#dd8452", N_("scatter inputs")),
+    "replicate": ("R", "#c44e52", N_("replicate model")),
+    "gather outputs": ("o", "#da8bc3", N_("gather outputs")),
+    "scatter grads": ("g", "#ccb974", N_("scatter output grads")),
+    "reduce grads": ("G", "#8c1c13", N_("reduce grads")),
+    "all-reduce": ("0-9", "#d62728", N_("all-reduce bucket")),  # text: the bucket number
+    "send": (">", "#ff7f0e", N_("send")),
+    "recv": ("<", "#1f77b4", N_("recv")),
+    "compute": ("#", "#2ca02c", N_("compute")),
+    "comm": ("=", "#7f7f7f", N_("comm")),
 }
+# what a bar shows of an event's name: its category's first word(s), in the language in force ("bwd L3")
+BAR_WORDS = {"fwd": N_("fwd"), "bwd": N_("bwd"), "loss": N_("loss"), "update": N_("update"),
+             "scatter inputs": N_("scatter inputs"), "replicate": N_("replicate"),
+             "gather outputs": N_("gather outputs"), "scatter grads": N_("scatter grads"),
+             "reduce grads": N_("reduce grads"), "all-reduce": N_("all-reduce")}
 ALL_REDUCE_SHADES = ("#d62728", "#f08a8b")  # alternate, so neighbouring buckets stay apart
-LANES = ("compute", "comm")
+LANES = ("compute", "comm")  # the gids and keys; shown through `_lane`
 LANE_HEIGHT = 0.42  # each device's row is 1 high: two lanes and a small gap
 FONT = 10  # points; shown at 100 px per inch (figure_image) that is ≥ 10 px, legible everywhere
 _BUCKET = re.compile(r"^all-reduce b(\d+)$")
+
+
+def _width(text: str) -> int:
+    """Columns `text` takes in a fixed-width font: a CJK character takes two (ASCII: len)."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def _lane(lane: str) -> str:
+    """A lane's name as shown: 'compute' / 'comm', or their translation."""
+    return _(STYLE[lane][2])
 
 
 def lane_of(event) -> str:
@@ -79,12 +97,20 @@ def _symbol(event) -> str:
     return match[1][-1] if match else STYLE[_category(event)][0]
 
 
+def _shown_name(name: str) -> str:
+    """An event's name in the language in force: its known first word(s) translated ('bwd L3' -> '反向 L3')."""
+    for words in sorted(BAR_WORDS, key=len, reverse=True):
+        if name == words or name.startswith(words + " "):
+            return _(BAR_WORDS[words]) + name[len(words):]
+    return name
+
+
 def _label(event, span: float) -> str | None:
     """The event's name if the bar can hold it, else its last word ('bwd L3' -> 'L3'), else None.
-    At FONT points about 85 characters fill the time axis of a 10-inch-wide figure."""
-    name = event.name or event.kind
+    At FONT points about 85 characters (a CJK one counts twice) fill the time axis of a 10-inch figure."""
+    name = _shown_name(event.name or event.kind)
     for text in (name, name.split(" ")[-1]):
-        if (len(text) + 1) * span / 85 <= event.end - event.start:
+        if (_width(text) + 1) * span / 85 <= event.end - event.start:
             return text
     return None
 
@@ -120,15 +146,15 @@ def draw_lanes(trace, world_size: int, ax=None, title: str | None = None, span: 
                     ha="center", va="center", fontsize=FONT, color="white", clip_on=True)
     centres = [r - 0.45 + LANE_HEIGHT / 2 + k * (LANE_HEIGHT + 0.06)
                for r in range(world_size) for k in (0, 1)]
-    ax.set_yticks(centres, [f"r{r} {lane}" for r in range(world_size) for lane in LANES], fontsize=FONT)
+    ax.set_yticks(centres, [f"r{r} {_lane(lane)}" for r in range(world_size) for lane in LANES], fontsize=FONT)
     for r in range(1, world_size):  # a thin rule between devices
         ax.axhline(r - 0.5, color="#cccccc", linewidth=0.6)
     ax.set_xlim(0, span * scale)
     ax.set_ylim(world_size - 0.5, -0.5)  # device 0 on top, as in the tables
-    ax.set_xlabel(f"time ({unit})")
+    ax.set_xlabel(_("time ({unit})").format(unit=unit))
     used = list(dict.fromkeys(_category(e) for e in sorted(trace, key=lambda e: e.start)))
     # outside the axes, right of them: a legend never covers a bar or its label
-    ax.legend(handles=[Patch(color=STYLE[c][1], label=STYLE[c][2]) for c in used], fontsize=FONT,
+    ax.legend(handles=[Patch(color=STYLE[c][1], label=_(STYLE[c][2])) for c in used], fontsize=FONT,
               loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.tick_params(labelsize=FONT)
     ax.spines[["top", "right"]].set_visible(False)
@@ -151,15 +177,17 @@ def draw_dp_vs_ddp(dp_result, ddp_result):
     ax_dp, ax_ddp = fig.subplots(2, 1, sharex=True, height_ratios=[n_dp, n_ddp])
     span = max(dp_result.step_seconds, ddp_result.step_seconds) or 1.0
     moved = [s + r for s, r in zip(dp_result.bytes_sent, dp_result.bytes_received)]
-    others = f", every other device {mib(max(moved[1:]))}" if n_dp > 1 else ""
+    others = _(", every other device {moved}").format(moved=mib(max(moved[1:]))) if n_dp > 1 else ""
     draw_lanes(dp_result.trace, n_dp, ax=ax_dp, span=span,
-               title=f"DP (nn.DataParallel, star model): step {_fmt(dp_result.step_seconds)}; "
-                     f"device 0 moves {mib(moved[0])}{others}")
+               title=_("DP (nn.DataParallel, star model): step {step}; device 0 moves {moved}{others}").format(
+                   step=_fmt(dp_result.step_seconds), moved=mib(moved[0]), others=others))
+    n = len(ddp_result.buckets)
     draw_lanes(ddp_result.trace, n_ddp, ax=ax_ddp, span=span,
-               title=f"DDP: step {_fmt(ddp_result.step_seconds)}; all-reduce "
-                     f"{_fmt(ddp_result.comm_seconds)} in {plural(len(ddp_result.buckets), 'bucket')}: "
-                     f"{_fmt(ddp_result.hidden_seconds)} hidden behind backward, "
-                     f"{_fmt(ddp_result.exposed_seconds)} exposed")
+               title=_("DDP: step {step}; all-reduce {comm} in {n} bucket{s}: {hidden} hidden behind backward, "
+                       "{exposed} exposed").format(
+                   step=_fmt(ddp_result.step_seconds), comm=_fmt(ddp_result.comm_seconds), n=n,
+                   s="" if n == 1 else "s", hidden=_fmt(ddp_result.hidden_seconds),
+                   exposed=_fmt(ddp_result.exposed_seconds)))
     ax_dp.set_xlabel("")
     ax_dp.tick_params(labelbottom=True)  # sharex hides them: both panels keep readable times
     return fig
@@ -177,8 +205,10 @@ def lanes_text(trace, world_size: int, width: int = 72, span: float | None = Non
     all-reduce bucket, ...); '.' is idle. No raw floats are printed, so the text is stable."""
     t0, span = _extent(trace, span)
     scale, unit = _time_unit(span)
-    header = f"time 0 .. {span * scale:.2f} {unit}, one column = {span * scale / width:.3f} {unit}"
+    header = _("time 0 .. {span} {unit}, one column = {column} {unit}").format(
+        span=f"{span * scale:.2f}", column=f"{span * scale / width:.3f}", unit=unit)
     lines, drawn = [header], set()
+    pad = max(_width(_lane(lane)) for lane in LANES)  # 7 in English ("compute"); the bars line up in any language
     for r in range(world_size):
         for lane in LANES:
             row = ["."] * width
@@ -188,11 +218,12 @@ def lanes_text(trace, world_size: int, width: int = 72, span: float | None = Non
                 last = max(first + 1, min(width, math.ceil(_cells((e.end - t0) / span * width))))
                 row[first:last] = _symbol(e) * (last - first)
             drawn.update(row)
-            lines.append(f"r{r} {lane:<7} |{''.join(row)}|")
+            name = _lane(lane)
+            lines.append(f"r{r} {name}{' ' * (pad - _width(name))} |{''.join(row)}|")
     # the legend names only what is visible: a very short event may be covered by its neighbour
     used = dict.fromkeys(c for c in map(_category, sorted(trace, key=lambda e: e.start))
                          if drawn & set(_symbols(c)))
-    lines.append("  ".join(f"{STYLE[c][0]} {STYLE[c][2]}" for c in used))
+    lines.append("  ".join(f"{STYLE[c][0]} {_(STYLE[c][2])}" for c in used))
     return "\n".join(lines)
 
 
@@ -204,22 +235,24 @@ def draw_sim_vs_real(sim_trace, real_trace, rank: int = 0, step: int = 1, title:
     sim = [e for e in sim_trace if e.rank == rank]
     span = max([e.end for e in real + sim], default=1.0)
     scale, unit = _time_unit(span)
-    rows = [("simulated compute", sim, "compute"), ("real compute", real, "compute"),
-            ("simulated comm", sim, "comm"), ("real comm", real, "comm")]
+    # (gid, what the row is called, its events, its lane); the gid stays English for tests to find
+    rows = [("simulated compute", _("simulated compute"), sim, "compute"),
+            ("real compute", _("real compute"), real, "compute"),
+            ("simulated comm", _("simulated comm"), sim, "comm"), ("real comm", _("real comm"), real, "comm")]
     ax = _new_ax(None, (10, 3.0))
-    for y, (label, events, lane) in enumerate(rows):
+    for y, (label, _shown, events, lane) in enumerate(rows):
         for e in (e for e in events if lane_of(e) == lane):
             filled = label.startswith("real")
             ax.add_patch(Rectangle((e.start * scale, y - 0.35), max(e.end - e.start, span * 0.002) * scale, 0.7,
                                    facecolor=_color(e) if filled else "none", edgecolor=_color(e),
                                    linewidth=0.8 if filled else 1.4, hatch=None if filled else "///",
                                    gid=label))
-    ax.set_yticks(range(len(rows)), [label for label, _, _ in rows], fontsize=FONT)
+    ax.set_yticks(range(len(rows)), [shown for _gid, shown, _events, _kind in rows], fontsize=FONT)
     ax.tick_params(labelsize=FONT)
     ax.set_xlim(0, span * scale)
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlabel(f"time ({unit}) from the start of step {step}")
+    ax.set_xlabel(_("time ({unit}) from the start of step {step}").format(unit=unit, step=step))
     ax.spines[["top", "right"]].set_visible(False)
-    ax.set_title(title or f"rank {rank}: simulator fitted to the run (outlined) vs measured (filled)",
-                 fontsize=FONT + 1, loc="left")
+    default = _("rank {rank}: simulator fitted to the run (outlined) vs measured (filled)").format(rank=rank)
+    ax.set_title(title or default, fontsize=FONT + 1, loc="left")
     return ax.figure
