@@ -2,6 +2,7 @@
 then on real processes against torch's all_gather and the simulated trace."""
 from __future__ import annotations
 
+from ..i18n import _
 from ..plan import CollectivePlan, split_sizes
 from ..sim.stepper import PlanError, simulate
 from .common import fail
@@ -12,32 +13,34 @@ GATHER_CASES = [(n, numel) for n in (1, 2, 3, 4, 5, 8) for numel in (3 * n, 3 * 
 def _ring_all_gather_problem(plan, n: int, numel: int, itemsize: int) -> str | None:
     """What is wrong with a student's all-gather plan, or None."""
     if not isinstance(plan, CollectivePlan):
-        return f"expected a CollectivePlan, got {type(plan).__name__}"
+        return _("expected a CollectivePlan, got {type}").format(type=type(plan).__name__)
     if plan.world_size != n or plan.chunk_sizes != split_sizes(numel, n) or plan.itemsize != itemsize:
-        return "world_size, chunk_sizes (use split_sizes) or itemsize do not match the arguments"
+        return _("world_size, chunk_sizes (use split_sizes) or itemsize do not match the arguments")
     if plan.start != "own":
-        return f"start={plan.start!r}: in an all-gather rank r starts with its own chunk ('own')"
+        return _("start={start}: in an all-gather rank r starts with its own chunk ('own')").format(
+            start=repr(plan.start))
     if plan.num_steps != n - 1:
-        return f"{plan.num_steps} steps; a ring all-gather takes n-1 = {n - 1}"
+        return _("{steps} steps; a ring all-gather takes n-1 = {want}").format(steps=plan.num_steps, want=n - 1)
     for step in plan.steps:
         if sorted(t.src for t in step) != list(range(n)):
-            return f"step {step[0].step if step else '?'}: every rank must send exactly one chunk per step"
+            return _("step {step}: every rank must send exactly one chunk per step").format(
+                step=step[0].step if step else "?")
         if any(t.dst not in ((t.src + 1) % n, (t.src - 1) % n) for t in step):
-            return "every transfer must go to a ring neighbour"
+            return _("every transfer must go to a ring neighbour")
     goal = CollectivePlan(plan.name, n, plan.chunk_sizes, itemsize, plan.start, plan.steps,
                           meta={"goal": "all_gather"})  # graded against all-gather, whatever it claims
     try:
         result = simulate(goal)
     except PlanError as err:
-        return str(err)
+        return str(err)  # the simulator's own words (simlab.sim.stepper)
     if not result.final_ok:
-        return "after the last step some rank is missing a chunk (or holds the wrong one)"
+        return _("after the last step some rank is missing a chunk (or holds the wrong one)")
     return None
 
 
 def check_ring_all_gather(plan_fn, itemsize: int = 4) -> None:
     """Grade `plan_fn(world_size, numel, itemsize)` on ring sizes 1..8, even and uneven."""
-    title = "ring all-gather plan"
+    title = _("ring all-gather plan")
     for n, numel in GATHER_CASES:
         case = f"world_size={n}, numel={numel}"
         try:
@@ -45,13 +48,13 @@ def check_ring_all_gather(plan_fn, itemsize: int = 4) -> None:
         except NotImplementedError:
             raise
         except Exception as err:  # a student's bug: say which case, keep the traceback
-            print(f"{title}: ✗ {case}: raised {type(err).__name__}: {err}")
+            print(f"{title}: ✗ {case}: " + _("raised {error}").format(error=f"{type(err).__name__}: {err}"))
             raise
         problem = _ring_all_gather_problem(plan, n, numel, itemsize)
         if problem:
             fail(title, case, problem)
-    print(f"{title}: ✓ {len(GATHER_CASES)} cases (1 to 8 ranks, uneven sizes): n-1 steps, "
-          f"one chunk per rank per step, every rank ends with every chunk")
+    print(f"{title}: ✓ " + _("{cases} cases (1 to 8 ranks, uneven sizes): n-1 steps, one chunk per rank per step, "
+                             "every rank ends with every chunk").format(cases=len(GATHER_CASES)))
 
 
 def _gather_worker(rank: int, world_size: int, plan) -> dict:
@@ -81,7 +84,7 @@ def check_plan_runs_for_real(plan_fn, world_size: int = 4, numel: int = 10) -> N
     from ..exec.launch import launch
     from ..trace import merge
 
-    title = f"your plan on {world_size} real processes"
+    title = _("your plan on {n} real processes").format(n=world_size)
     plan = plan_fn(world_size, numel, 4)
     problem = _ring_all_gather_problem(plan, world_size, numel, 4)
     if problem:
@@ -90,8 +93,9 @@ def check_plan_runs_for_real(plan_fn, world_size: int = 4, numel: int = 10) -> N
     diff = max(r["diff"] for r in ranks)
     same = merge(r["events"] for r in ranks).signature() == simulate(plan).trace.signature()
     if diff != 0.0 or not same:
-        fail(title, f"numel={numel}", f"max |ours - torch all_gather| = {diff}, trace matches simulator: {same}")
-    print(f"{title}: ✓ equals torch all_gather exactly; every transfer matches the simulator")
+        fail(title, f"numel={numel}", _("max |ours - torch all_gather| = {diff}, trace matches simulator: "
+                                        "{same}").format(diff=diff, same=same))
+    print(f"{title}: ✓ " + _("equals torch all_gather exactly; every transfer matches the simulator"))
 
 
 # ---- predict, then run: the bytes one rank sends in a real ring all-reduce ---------------------
@@ -107,55 +111,63 @@ def _bytes_mistake(predicted, plan, rank: int, measured: int) -> str | None:
     """Why `predicted` is not what `rank` sent in the ring all-reduce `plan` (None: it is). Each known
     wrong answer gets its own reason, worked out from the plan's chunks; `measured` is the real count."""
     if isinstance(predicted, bool) or not isinstance(predicted, (int, float)) or predicted != predicted:
-        return f"expected a number of bytes, got {predicted!r}"
+        return _("expected a number of bytes, got {value}").format(value=repr(predicted))
     if predicted == measured:
         return None
     n, size, sizes = plan.world_size, plan.nbytes, plan.chunk_sizes
     rs, ag = _half_bytes(plan, rank)
     right = rs + ag  # what the plan makes this rank send: the theory, independent of the measurement
     received = sum(t.nbytes for step in plan.steps for t in step if t.dst == rank)
-    skip = f"rank {rank} sends every chunk but chunk {rank} in the reduce-scatter and every chunk but chunk " \
-           f"{(rank + 1) % n} in the all-gather"
+    skip = _("rank {rank} sends every chunk but chunk {rank} in the reduce-scatter and every chunk but chunk "
+             "{next} in the all-gather").format(rank=rank, next=(rank + 1) % n)
     even = len(set(sizes)) == 1
+    average = 2 * (n - 1) * size / n
     why = [  # (wrong answer, what it counts); where several coincide, all are said
-        (2 * (n - 1) * size / n, f"{2 * (n - 1) * size / n:g} B = 2(N−1)/N·S is the average over ranks; with chunks "
-                                 f"of {', '.join(map(str, sizes))} elements the ranks differ: {skip}"),
-        (rs, f"{rs} B is only the reduce-scatter half; the all-gather sends N−1 more chunks"),
-        (ag, f"{ag} B is only the all-gather half; the reduce-scatter sends N−1 chunks first"),
-        (right + received, f"{right + received} B counts bytes sent plus bytes received; the question asks what "
-                           f"rank {rank} sends"),
-        (size, f"{size} B = S is one whole buffer: what a non-root rank of the naive star sends, not a ring rank, "
-               f"which sends one chunk per step"),
-        ((n - 1) * size, f"{(n - 1) * size} B = (N−1)·S is what the naive star's root sends, not a ring rank"),
-        (2 * size, f"{2 * size} B = 2S would be the whole buffer out twice; the ring sends 2(N−1) chunks, not 2N"),
-    ] + [(plan.itemsize * c, f"{plan.itemsize * c} B is one chunk: what one step sends; the ring takes "
-                             f"2(N−1) = {2 * (n - 1)} steps") for c in sorted(set(sizes))] + [
-        (sent, f"{sent} B is what rank {k} sends; {skip}")
+        (average, _("{bytes} B = 2(N−1)/N·S is the average over ranks; with chunks of {sizes} elements the ranks "
+                    "differ: {skip}").format(bytes=f"{average:g}", sizes=", ".join(map(str, sizes)), skip=skip)),
+        (rs, _("{bytes} B is only the reduce-scatter half; the all-gather sends N−1 more chunks").format(bytes=rs)),
+        (ag, _("{bytes} B is only the all-gather half; the reduce-scatter sends N−1 chunks first").format(bytes=ag)),
+        (right + received, _("{bytes} B counts bytes sent plus bytes received; the question asks what rank {rank} "
+                             "sends").format(bytes=right + received, rank=rank)),
+        (size, _("{bytes} B = S is one whole buffer: what a non-root rank of the naive star sends, not a ring rank, "
+                 "which sends one chunk per step").format(bytes=size)),
+        ((n - 1) * size, _("{bytes} B = (N−1)·S is what the naive star's root sends, not a ring rank").format(
+            bytes=(n - 1) * size)),
+        (2 * size, _("{bytes} B = 2S would be the whole buffer out twice; the ring sends 2(N−1) chunks, not "
+                     "2N").format(bytes=2 * size)),
+    ] + [(plan.itemsize * c, _("{bytes} B is one chunk: what one step sends; the ring takes 2(N−1) = {steps} "
+                               "steps").format(bytes=plan.itemsize * c, steps=2 * (n - 1)))
+         for c in sorted(set(sizes))] + [
+        (sent, _("{bytes} B is what rank {k} sends; {skip}").format(bytes=sent, k=k, skip=skip))
         for k, sent in enumerate(plan.bytes_sent_per_rank()) if k != rank and not even]
     reasons = list(dict.fromkeys(reason for wrong, reason in why if predicted == wrong != right))
     if reasons:
-        return "; or ".join(reasons)
+        return _("; or ").join(reasons)
     if predicted == right:  # the plan's count, but the real run sent something else: say so, never hide it
-        return f"{right} B is right in theory, but the real run sent {measured} B: rerun it"
-    return f"the real rank sent {measured} B: {skip}, {rs} B + {ag} B"
+        return _("{right} B is right in theory, but the real run sent {measured} B: rerun it").format(
+            right=right, measured=measured)
+    return _("the real rank sent {measured} B: {skip}, {rs} B + {ag} B").format(
+        measured=measured, skip=skip, rs=rs, ag=ag)
 
 
 def check_bytes_prediction(predicted, result, rank: int = 2) -> None:
     """Grade a prediction of what `rank` sends in a ring all-reduce against a REAL run's measured bytes
     (`result` = `run_collective("ring-all-reduce", ...)`), with the reason a wrong answer is wrong."""
-    title = "predicted bytes sent"
+    title = _("predicted bytes sent")
     if predicted is Ellipsis:  # the exercise's placeholder: not answered yet, like a stub
-        raise NotImplementedError("exercise: write your prediction (a number of bytes) in the cell above")
+        raise NotImplementedError(_("exercise: write your prediction (a number of bytes) in the cell above"))
     if not isinstance(result, dict) or result.get("name") != "ring-all-reduce":
-        fail(title, "result", "pass what run_collective('ring-all-reduce', ...) returned")
+        fail(title, "result", _("pass what run_collective('ring-all-reduce', ...) returned"))
     n, plan = result["world_size"], result["plan"]
     if not 0 <= rank < n:
-        fail(title, f"rank={rank}", f"the run has ranks 0..{n - 1}")
+        fail(title, f"rank={rank}", _("the run has ranks 0..{last}").format(last=n - 1))
     measured = result["bytes_sent_per_rank"][rank]  # counted by the real rank's recorder, not simulated
-    case = f"rank {rank} of {n}, S = {plan.nbytes} B"
+    case = _("rank {rank} of {n}, S = {nbytes} B").format(rank=rank, n=n, nbytes=plan.nbytes)
     problem = _bytes_mistake(predicted, plan, rank, measured)
     if problem:
-        fail(title, case, f"you said {predicted!r}: {problem}")
+        fail(title, case, _("you said {said}: {problem}").format(said=repr(predicted), problem=problem))
     rs, ag = _half_bytes(plan, rank)
-    halves = f" ({rs} B in the reduce-scatter, {ag} B in the all-gather)" if rs + ag == measured else ""
-    print(f"{title}: ✓ {case}: rank {rank} really sent {measured} B{halves}, as you predicted")
+    halves = _(" ({rs} B in the reduce-scatter, {ag} B in the all-gather)").format(rs=rs, ag=ag) \
+        if rs + ag == measured else ""
+    print(f"{title}: ✓ " + _("{case}: rank {rank} really sent {measured} B{halves}, as you predicted").format(
+        case=case, rank=rank, measured=measured, halves=halves))

@@ -15,10 +15,11 @@ engine (`simlab.sim.stepper.steps_match`); this module only displays them.
 """
 from __future__ import annotations
 
+from ..i18n import _
 from ..sim.collectives import power_inputs, ring_all_reduce
 from ..sim.stepper import simulate, step_matches, steps_match
 from .mpl import MIN_FONT, RING_FIGSIZE, draw_ring_step, ring_legend_handles
-from .text import MATCH, header, plural, side_by_side_text, step_text
+from .text import header, match_text, side_by_side_text, step_text
 
 # ipywidgets and anywidget are imported where a widget is built: drawing and text stay headless
 
@@ -51,16 +52,16 @@ def player_figure(k: int, sim_steps, plan, real_steps=None, verdicts=None):
         return draw_ring_step(sim_steps[k], plan)
     fig = Figure(figsize=PAIR_FIGSIZE, layout="constrained")
     sim_ax, real_ax = fig.subplots(1, 2)
-    draw_ring_step(sim_steps[k], plan, ax=sim_ax, title="simulated", legend=False)
+    draw_ring_step(sim_steps[k], plan, ax=sim_ax, title=_("simulated"), legend=False)
     match = _verdict(k, sim_steps, real_steps, verdicts)
     shown = [sim_steps[k]]
     if k < len(real_steps):
-        draw_ring_step(real_steps[k], plan, ax=real_ax, title=f"real  ({MATCH[match]})", legend=False)
+        draw_ring_step(real_steps[k], plan, ax=real_ax, title=_("real") + f"  ({match_text(match)})", legend=False)
         real_ax.title.set_color(MATCH_COLOR[match])  # the verdict is the point of this panel
         shown.append(real_steps[k])
     else:
         real_ax.axis("off")
-        real_ax.set_title(f"real: no step {k}  ({MATCH[match]})", fontsize=11)
+        real_ax.set_title(_("real: no step {k}").format(k=k) + f"  ({match_text(match)})", fontsize=11)
     fig.suptitle(header(sim_steps[k], plan), fontsize=11)
     fig.legend(handles=ring_legend_handles(shown, plan.world_size), loc="outside lower center", ncol=3,
                fontsize=MIN_FONT, frameon=False, handlelength=1.6)
@@ -74,19 +75,21 @@ def verdict_html(k: int, verdicts) -> str:
         f"<span style='border:1px solid #333;padding:0 2px'>{'✓' if v else '✗'}</span>" if i == k
         else ("✓" if v else "✗") for i, v in enumerate(verdicts))
     return (f"<span style='white-space:nowrap'><b style='color:{MATCH_COLOR[match]};font-size:1.1em'>"
-            f"{MATCH[match]}</b>&nbsp;&nbsp;<span style='font-family:monospace'>{marks}</span>"
-            f"&nbsp;&nbsp;{sum(map(bool, verdicts))}/{len(verdicts)} steps match</span>")
+            f"{match_text(match)}</b>&nbsp;&nbsp;<span style='font-family:monospace'>{marks}</span>&nbsp;&nbsp;"
+            + _("{matching}/{steps} steps match").format(matching=sum(map(bool, verdicts)), steps=len(verdicts))
+            + "</span>")
 
 
-def step_player(sim_steps, plan, real_steps=None, verdicts=None, seconds: float = 8.0,
-                hint: str = "▶ run this cell to get the ring player"):
-    """A `frame_player` over steps 0..K: the ring, or simulated | real with the verdict under each step."""
+def step_player(sim_steps, plan, real_steps=None, verdicts=None, seconds: float = 8.0, hint: str | None = None):
+    """A `frame_player` over steps 0..K: the ring, or simulated | real with the verdict under each step.
+    The default hint is looked up when called, so it is in the language in force then."""
     from .player import frame_player
     if real_steps is not None and verdicts is None:
         verdicts = steps_match(sim_steps, real_steps)  # the engine decides what "match" means
     frames = [player_figure(k, sim_steps, plan, real_steps, verdicts) for k in range(len(sim_steps))]
     captions = None if verdicts is None else [verdict_html(k, verdicts) for k in range(len(sim_steps))]
-    return frame_player(frames, captions=captions, seconds=seconds, hint=hint)
+    return frame_player(frames, captions=captions, seconds=seconds, label=_("step "),
+                        hint=_("▶ run this cell to get the ring player") if hint is None else hint)
 
 
 # ---- the ring lab: knobs, the simulated ring, and the same ring on real processes ---------------
@@ -102,11 +105,12 @@ def real_run_text(result, sim_steps, verdicts) -> str:
     """What the real run did, in numbers: steps matching, bytes per rank (real and simulated), torch diff."""
     n, plan = result["world_size"], result["plan"]
     return "\n".join([
-        f"{plural(n, 'process')} ({result['backend']}), ring all-reduce of {_size(plan.nbytes)}: "
-        f"{sum(verdicts)}/{len(verdicts)} steps match the simulation",
-        f"bytes sent per rank   real {result['bytes_sent_per_rank']}   "
-        f"simulated {list(sim_steps[-1].bytes_sent)}",
-        f"max |ours − torch's all_reduce| = {result['max_abs_diff_vs_torch']:g}"])
+        _("{n} process{es} ({backend}), ring all-reduce of {size}: {matching}/{steps} steps match the "
+          "simulation").format(n=n, es="" if n == 1 else "es", backend=result["backend"], size=_size(plan.nbytes),
+                               matching=sum(verdicts), steps=len(verdicts)),
+        _("bytes sent per rank   real {real}   simulated {simulated}").format(
+            real=result["bytes_sent_per_rank"], simulated=list(sim_steps[-1].bytes_sent)),
+        _("max |ours − torch's all_reduce| = {diff}").format(diff=f"{result['max_abs_diff_vs_torch']:g}")])
 
 
 class RingLab:
@@ -123,16 +127,17 @@ class RingLab:
         style = {"description_width": "initial"}
         # explicit options: the default is one of them, never a value snapped to a grid
         self.ranks = w.SelectionSlider(options=[(str(k), k) for k in world_sizes], value=world_size,
-                                       description="ranks N", style=style)
+                                       description=_("ranks N"), style=style)
         self.size = w.SelectionSlider(options=[(_size(4 * m), m) for m in sizes], value=numel,
-                                      description="buffer (float32)", style=style)
-        self.player = FramePlayer(hint="")  # its frames come from _simulate, and after a run from _show
+                                      description=_("buffer (float32)"), style=style)
+        # its frames come from _simulate, and after a run from _show
+        self.player = FramePlayer(hint="", label_prefix=_("step "))
         self.sim_link = w.HTML()
         self.control = run_control(lambda: run(world_size=self.ranks.value, numel=self.size.value), self._show,
-                                   label="run this ring on N real processes")
+                                   label=_("run this ring on N real processes"))
         self._simulate()
         for knob in (self.ranks, self.size):
-            knob.observe(lambda _: self._simulate(), names="value")
+            knob.observe(lambda _change: self._simulate(), names="value")
         self.panel = Panel([w.HBox([self.ranks, self.size]), self.player, self.sim_link, self.control], hint=hint)
 
     def __repr__(self) -> str:
@@ -156,9 +161,9 @@ class RingLab:
         """After a real run: simulated | real in the player, the numbers in the readout, the real trace."""
         from .controls import trace_link
         if (result["world_size"], result["numel"]) != (self.plan.world_size, self.plan.numel):
-            raise ValueError("the knobs changed while it ran: press the button again")
+            raise ValueError(_("the knobs changed while it ran: press the button again"))
         if result.get("inputs") != "powers-of-two":  # else no real value could equal a simulated one
-            raise ValueError("run must use inputs='powers-of-two', as the simulation shown does")
+            raise ValueError(_("run must use inputs='powers-of-two', as the simulation shown does"))
         verdicts = steps_match(self.sim.steps, result["steps"])
         frames = [player_figure(k, self.sim.steps, self.plan, result["steps"], verdicts)
                   for k in range(len(self.sim.steps))]
@@ -169,13 +174,15 @@ class RingLab:
 
 
 def ring_lab(run, *, world_sizes=(2, 3, 4, 5, 6, 8), sizes=(4, 8, 16, 64, 1024, 1 << 18),
-             world_size: int = 4, numel: int = 8, hint: str = "▶ run this cell to get the ring lab") -> RingLab:
+             world_size: int = 4, numel: int = 8, hint: str | None = None) -> RingLab:
     """The ring lab. `run(world_size=, numel=)` runs the ring all-reduce for real and returns
     `run_collective`'s result (snapshots on, `inputs="powers-of-two"`); `sizes` are in elements."""
     for name, value, options in (("world_size", world_size, world_sizes), ("numel", numel, sizes)):
         if value not in options:
-            raise ValueError(f"{name}={value!r}: must be one of {', '.join(map(str, options))}")
-    return RingLab(run, world_sizes, sizes, world_size, numel, hint)
+            raise ValueError(_("{name}={value}: must be one of {options}").format(
+                name=name, value=repr(value), options=", ".join(map(str, options))))
+    return RingLab(run, world_sizes, sizes, world_size, numel,
+                   _("▶ run this cell to get the ring lab") if hint is None else hint)
 
 
 __all__ = ["player_frame", "player_figure", "verdict_html", "step_player", "ring_lab", "real_run_text"]

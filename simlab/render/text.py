@@ -4,7 +4,9 @@ Draws, for one step of a simulated (or real) run: a table with one row per rank 
 chunk, then the transfers that produced this state and the bytes each rank has moved so far.
 A cell shows *whose inputs are summed in* (``0+2``, ``Σ0..2`` when every rank is in) or the values
 themselves (``[13 12]``); ``·`` means the rank does not hold that chunk. The output has no timings
-and no object ids, so notebooks can compare it character for character (nbval).
+and no object ids, so notebooks can compare it character for character (nbval). Words go through `_()`
+(simlab.i18n), and columns are padded by *display* width (`display_width`), so a table with Chinese
+headers (two terminal columns per character) still lines up.
 
     >>> from simlab.sim.collectives import ring_all_reduce
     >>> from simlab.sim.stepper import simulate
@@ -23,13 +25,35 @@ and no object ids, so notebooks can compare it character for character (nbval).
 """
 from __future__ import annotations
 
+import unicodedata
 from collections import Counter
 
+from ..i18n import N_, _
+from ..plan import OP_SIGN
+
 NOT_HELD = "·"
-MATCH = {True: "match ✓", False: "match ✗"}
+MATCH = {True: N_("match ✓"), False: N_("match ✗")}  # shown through _(): `match_text`
 # What a step's transfers do, by op; ring plans call their two halves by the collective's name.
-_PHASES_RING = {"reduce": "reduce-scatter", "copy": "all-gather"}
-_PHASES_OTHER = {"reduce": "reduce", "copy": "broadcast"}
+_PHASES_RING = {"reduce": N_("reduce-scatter"), "copy": N_("all-gather")}
+_PHASES_OTHER = {"reduce": N_("reduce"), "copy": N_("broadcast")}
+PHASE_WORDS = (N_("start"), N_("idle"))  # the other phase names `phase_name` gives
+
+
+def match_text(match: bool) -> str:
+    """'match ✓' or 'match ✗', in the language in force."""
+    return _(MATCH[bool(match)])
+
+
+def display_width(text: str) -> int:
+    """Columns `text` takes in a fixed-width font: 2 for a wide or full-width character (Chinese, and
+    full-width punctuation such as '，'), else 1. Ambiguous ones (·, Σ, →, ×) count 1, as Latin fonts
+    draw them: English tables keep exactly the widths `len` gave them."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
+
+
+def pad(text: str, width: int) -> str:
+    """`text` left-aligned in `width` display columns (str.ljust counts characters, not columns)."""
+    return text + " " * (width - display_width(text))
 
 
 def contributors(ranks, world_size: int) -> str:
@@ -80,54 +104,57 @@ def cell(step, rank: int, chunk: int, show: str = "sources") -> str:
 def phase_name(step, plan) -> str:
     """The phase a step belongs to: from `plan.meta['phases']` if given, else from its transfers' ops."""
     if step.index == 0:
-        return "start"
+        return _("start")
     phases = plan.meta.get("phases")
     if phases and step.index - 1 < len(phases):
-        return phases[step.index - 1]
+        return _(phases[step.index - 1])  # a plan's own phase names: translated where the catalog has them
     ring = plan.name.startswith("ring") or plan.meta.get("goal") in ("all_gather", "reduce_scatter")
     names = _PHASES_RING if ring else _PHASES_OTHER
     ops = sorted({t.op for t in step.transfers})
-    return " + ".join(names[op] for op in ops) or "idle"
+    return " + ".join(_(names[op]) for op in ops) or _("idle")
 
 
 def header(step, plan) -> str:
-    return (f"step {step.index}/{plan.num_steps} of {plan.name} "
-            f"(n={plan.world_size}, {plan.nbytes} B): {phase_name(step, plan)}")
+    return _("step {index}/{steps} of {name} (n={n}, {nbytes} B): {phase}").format(
+        index=step.index, steps=plan.num_steps, name=plan.name, n=plan.world_size, nbytes=plan.nbytes,
+        phase=phase_name(step, plan))
 
 
 def transfer_line(t) -> str:
-    """'r0 → r1 (+=) chunk 2 (8 B)': `Transfer`'s own text, so a transfer reads the same everywhere."""
-    return str(t)
+    """'r0 → r1 (+=) chunk 2 (8 B)': in English `Transfer`'s own text, so a transfer reads the same
+    everywhere; in another language the same notation with the word 'chunk' translated."""
+    return _("r{src} → r{dst} {sign} chunk {chunk} ({nbytes} B)").format(
+        src=t.src, dst=t.dst, sign=OP_SIGN[t.op], chunk=t.chunk, nbytes=t.nbytes)
 
 
 def _align(rows: list[list[str]]) -> list[str]:
-    """Left-align columns two spaces apart; trailing spaces dropped so goldens stay clean."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+    """Left-align columns two spaces apart, by display width; trailing spaces dropped so goldens stay clean."""
+    widths = [max(display_width(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  ".join(pad(c, w) for c, w in zip(row, widths)).rstrip() for row in rows]
 
 
 def _block(step, plan, show: str) -> list[str]:
     """Grid (rank x chunk, then cumulative bytes) and the transfers that led here."""
     chunks = range(len(plan.chunk_sizes))
-    rows = [[""] + [f"chunk {c}" for c in chunks] + ["sent", "recv"]]
+    rows = [[""] + [_("chunk {c}").format(c=c) for c in chunks] + [_("sent"), _("recv")]]
     for r in range(plan.world_size):
         rows.append([f"r{r}"] + [cell(step, r, c, show) for c in chunks]
                     + [f"{step.bytes_sent[r]} B", f"{step.bytes_received[r]} B"])
     lines = _align(rows)
     if step.transfers:
-        lines.append("transfers (sender → receiver; += adds, = overwrites):")
+        lines.append(_("transfers (sender → receiver; += adds, = overwrites):"))
         lines += ["  " + transfer_line(t) for t in step.transfers]
     else:
-        lines.append("transfers: none yet (the starting state)")
+        lines.append(_("transfers: none yet (the starting state)"))
     return lines
 
 
 def _legend(step, plan, show: str) -> str:
     """One line saying what the cells mean; a real step without sources shows values only."""
     if show == "sources" and any(src is not None for row in (step.sources or ()) for src in row):
-        return (f"cells: ranks whose inputs are summed in; Σ0..{plan.world_size - 1} = "
-                f"all {plan.world_size} ranks; {NOT_HELD} = not held")
-    return f"cells: values held; {NOT_HELD} = not held"
+        return _("cells: ranks whose inputs are summed in; Σ0..{last} = all {n} ranks; {not_held} = not held").format(
+            last=plan.world_size - 1, n=plan.world_size, not_held=NOT_HELD)
+    return _("cells: values held; {not_held} = not held").format(not_held=NOT_HELD)
 
 
 def step_text(step, plan, show: str = "sources") -> str:
@@ -143,18 +170,18 @@ def side_by_side_text(sim_step, real_step, plan, match: bool, show: str = "value
     `match` comes from the engine (`simlab.sim.stepper.step_matches`); this only prints it.
     Values are the default because that is what a real buffer can show.
     """
-    left = ["simulated", *_block(sim_step, plan, show)]
-    right = ["real", *(_block(real_step, plan, show) if real_step is not None else ["(no such step)"])]
-    width = max(len(line) for line in left)
+    left = [_("simulated"), *_block(sim_step, plan, show)]
+    right = [_("real"), *(_block(real_step, plan, show) if real_step is not None else [_("(no such step)")])]
+    width = max(display_width(line) for line in left)
     height = max(len(left), len(right))
     left += [""] * (height - len(left))
     right += [""] * (height - len(right))
-    body = [f"{a.ljust(width)}  │  {b}".rstrip() for a, b in zip(left, right)]
-    return "\n".join([f"{header(sim_step, plan)}  {MATCH[bool(match)]}", *body, _legend(sim_step, plan, show)])
+    body = [f"{pad(a, width)}  │  {b}".rstrip() for a, b in zip(left, right)]
+    return "\n".join([f"{header(sim_step, plan)}  {match_text(match)}", *body, _legend(sim_step, plan, show)])
 
 
 def _event_line(src: int, dst: int, chunk, nbytes: int, name: str = "", note: str = "") -> str:
-    what = f"chunk {chunk}" if chunk is not None else "buffer"
+    what = _("chunk {c}").format(c=chunk) if chunk is not None else _("buffer")
     extra = "".join(f"  {x}" for x in (name, note) if x)
     return f"r{src} → r{dst} {what} ({nbytes} B){extra}"  # a wire carries no op: no (+=) here
 
@@ -166,37 +193,37 @@ def _step_lines(events) -> list[str]:
     for e in events:
         if e.kind == "send":
             key = (e.rank, e.peer, e.chunk, e.nbytes)
-            note = "" if recvs[key] > 0 else "[no matching recv]"
+            note = "" if recvs[key] > 0 else _("[no matching recv]")
             recvs[key] -= 1
             rows.append(((e.rank, e.peer, str(e.chunk)), _event_line(*key, e.name, note)))
         elif e.kind != "recv":
             rows.append(((e.rank, -1, e.name), f"r{e.rank} {e.kind} {e.name}".rstrip()))
     for (src, dst, chunk, nbytes), left in recvs.items():
-        rows += [((src, dst, str(chunk)), _event_line(src, dst, chunk, nbytes, note="[recv only]"))] * max(left, 0)
-    return [line for _, line in sorted(rows)]
+        rows += [((src, dst, str(chunk)), _event_line(src, dst, chunk, nbytes, note=_("[recv only]")))] * max(left, 0)
+    return [line for _key, line in sorted(rows)]
 
 
 def trace_table(trace, world_size: int) -> str:
     """A Trace step by step, timing left out: the same text for a simulated and a real run."""
-    lines = [f"trace: {len(trace)} events on {world_size} ranks (timing left out)"]
+    lines = [_("trace: {events} events on {n} ranks (timing left out)").format(events=len(trace), n=world_size)]
     for k in trace.steps():
         events = sorted(trace.at_step(k), key=lambda e: e.key())  # real runs record in any order
-        lines.append(f"step {k}")
+        lines.append(_("step {k}").format(k=k))
         lines += ["  " + line for line in _step_lines(events)]
     sent = trace.bytes_sent_per_rank(world_size)
-    lines.append("bytes sent: " + "  ".join(f"r{r} {b} B" for r, b in enumerate(sent)))
+    lines.append(_("bytes sent:") + " " + "  ".join(f"r{r} {b} B" for r, b in enumerate(sent)))
     return "\n".join(lines)
 
 
 def bytes_table(per_rank, optimum: int | None = None) -> str:
     """Bytes sent per rank, and how each compares with `optimum` (e.g. 2(n-1)/n · buffer)."""
-    rows = [["rank", "bytes sent"] + (["/ optimum"] if optimum else [])]
+    rows = [[_("rank"), _("bytes sent")] + ([_("/ optimum")] if optimum else [])]
     for r, b in enumerate(per_rank):
         rows.append([f"r{r}", f"{b} B"] + ([f"{b / optimum:.2f}x"] if optimum else []))
-    rows.append(["total", f"{sum(per_rank)} B"] + ([""] if optimum else []))
+    rows.append([_("total"), f"{sum(per_rank)} B"] + ([""] if optimum else []))
     lines = _align(rows)
     if optimum is not None:
-        lines.append(f"optimum per rank: {optimum} B")
+        lines.append(_("optimum per rank: {optimum} B").format(optimum=optimum))
     return "\n".join(lines)
 
 
