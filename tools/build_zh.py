@@ -70,6 +70,8 @@ def load(path: Path) -> dict:
     data = yaml.safe_load(path.read_text(encoding="utf-8"))
     if not isinstance(data, dict) or not isinstance(data.get("cells"), dict) or "source" not in data:
         raise ValueError(f"{path.relative_to(ROOT)}: expected 'source:' and 'cells:'")
+    # cell ids are strings, but YAML reads an unquoted all-digit id (88699517) as a number
+    data["cells"] = {str(cell_id): entry for cell_id, entry in data["cells"].items()}
     return data
 
 
@@ -84,10 +86,13 @@ def stamp(path: Path) -> list[str]:
     silenced by this explicit word, never by the tool on its own."""
     text, data = path.read_text(encoding="utf-8"), load(path)
     english = {c.id: c.source for c in nbformat.read(ROOT / data["source"], as_version=4).cells}
-    stamped = [cell_id for cell_id, entry in data["cells"].items() if entry.get("en_sha") == "new"]
-    for cell_id in stamped:
-        text = re.sub(rf"^(  {re.escape(cell_id)}:\n    en_sha: )new$", rf"\g<1>{en_sha(english[cell_id])}", text,
-                      count=1, flags=re.M)
+    stamped = []
+    for cell_id in (c for c, entry in data["cells"].items() if entry.get("en_sha") == "new"):
+        key = rf"['\"]?{re.escape(cell_id)}['\"]?"  # a quoted key too ('88699517':)
+        text, found = re.subn(rf"^(  {key}:\n    en_sha: )new$", rf"\g<1>{en_sha(english[cell_id])}", text,
+                              count=1, flags=re.M)
+        if found:
+            stamped.append(cell_id)
     path.write_text(text, encoding="utf-8")
     return stamped
 

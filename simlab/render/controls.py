@@ -20,6 +20,7 @@ import time
 
 import ipywidgets as w
 
+from ..i18n import _
 from .picture import PIXEL_SCALE, figure_png, png_size
 
 NO_WRAP = "white-space:pre;overflow-x:auto;margin:2px 0;line-height:1.25"
@@ -29,9 +30,9 @@ class Panel(w.VBox):
     """A VBox whose text form is a hint: what a saved notebook shows before its cell is run (instead of
     `VBox(children=(HBox(…`), and what nbval compares."""
 
-    def __init__(self, children=(), hint: str = "▶ run this cell to get the widget", **kwargs):
+    def __init__(self, children=(), hint: str | None = None, **kwargs):
         super().__init__(children=list(children), **kwargs)
-        self.hint = hint
+        self.hint = hint if hint is not None else _("▶ run this cell to get the widget")
 
     def __repr__(self) -> str:
         return self.hint
@@ -106,15 +107,15 @@ def trace_link(trace, filename: str = "trace.json") -> w.HTML:
 def trace_link_html(trace, filename: str) -> str:
     data = base64.b64encode(trace.to_chrome().encode()).decode("ascii")
     name = html.escape(filename)
+    site = "<a href='https://ui.perfetto.dev' target='_blank'>ui.perfetto.dev</a>"
     return (f"<a download='{name}' href='data:application/json;base64,{data}'>⤓ {name}</a> "
-            "<span style='color:#666'>(open it at <a href='https://ui.perfetto.dev' target='_blank'>"
-            "ui.perfetto.dev</a>: Open trace file)</span>")
+            f"<span style='color:#666'>{_('(open it at {site}: Open trace file)').format(site=site)}</span>")
 
 
 def failure_line(err: BaseException) -> str:
     """One line for a failed run: its type and the first line of its message, never a traceback."""
     first = (str(err).strip().splitlines() or [""])[0]
-    return f"real run failed: {type(err).__name__}: {first}"
+    return _("real run failed: {kind}: {line}").format(kind=type(err).__name__, line=first)
 
 
 class RunControl(Panel):
@@ -126,8 +127,9 @@ class RunControl(Panel):
     a click does, synchronously: tests call it, then look at `.image`, `.readout` and `.result`.
     """
 
-    def __init__(self, run, show, label: str = "run on real processes",
-                 hint: str = "▶ run this cell to get the real-run button"):
+    def __init__(self, run, show, label: str | None = None, hint: str | None = None):
+        label = label if label is not None else _("run on real processes")
+        hint = hint if hint is not None else _("▶ run this cell to get the real-run button")
         self.button = w.Button(description=label, icon="play", layout=w.Layout(width="auto"))
         self.button.add_class("simlab-run")
         self.progress = w.HTML()
@@ -147,9 +149,10 @@ class RunControl(Panel):
 
         def tick() -> None:  # progress from a thread: the kernel itself is busy running
             while not done.wait(0.5):
-                self.progress.value = f"<span class='simlab-progress'>running… {time.monotonic() - start:.0f} s</span>"
+                text = _("running… {seconds} s").format(seconds=f"{time.monotonic() - start:.0f}")
+                self.progress.value = f"<span class='simlab-progress'>{text}</span>"
 
-        self.progress.value = "<span class='simlab-progress'>running…</span>"
+        self.progress.value = f"<span class='simlab-progress'>{_('running…')}</span>"
         ticker = threading.Thread(target=tick, daemon=True)
         ticker.start()
         final = ""
@@ -160,10 +163,10 @@ class RunControl(Panel):
                 show_figure(self.image, fig)
             self.readout.value = readout_html(text)
             self.extra.children = tuple(extra[0]) if extra else ()
-            final = f"done in {time.monotonic() - start:.1f} s"
+            final = _("done in {seconds} s").format(seconds=f"{time.monotonic() - start:.1f}")
         except KeyboardInterrupt as err:  # the kernel's interrupt: the launcher already stopped the workers
             self.result, self.error = None, err
-            final = str(err) or "interrupted"  # "interrupted: 4 workers stopped"; not a traceback in the log
+            final = str(err) or _("interrupted")  # "interrupted: 4 workers stopped"; not a traceback in the log
         except Exception as err:  # LaunchTimeout, WorkerError, …: one line, never a traceback
             self.result, self.error = None, err
             self.readout.value = readout_html(failure_line(err))
@@ -174,6 +177,5 @@ class RunControl(Panel):
         return self.result
 
 
-def run_control(run, show, *, label: str = "run on real processes",
-                hint: str = "▶ run this cell to get the real-run button") -> RunControl:
+def run_control(run, show, *, label: str | None = None, hint: str | None = None) -> RunControl:
     return RunControl(run, show, label=label, hint=hint)

@@ -22,6 +22,7 @@ import threading
 import anywidget
 import traitlets as t
 
+from ..i18n import _
 from .picture import DISPLAY_DPI, PIXEL_SCALE, png_size, render_png
 
 # Play shows every frame once in about `seconds`, but never faster than the eye can follow.
@@ -33,7 +34,7 @@ function el(tag, cls, text) { const e = document.createElement(tag); if (cls) e.
 function render({ model, el: root }) {
   root.classList.add("simlab-player");
   const bar = el("div", "simlab-bar"), prev = el("button", "simlab-prev", "◀"),
-        play = el("button", "simlab-play", "▶ play"), next = el("button", "simlab-next", "▶"),
+        play = el("button", "simlab-play", model.get("play_label")), next = el("button", "simlab-next", "▶"),
         step = el("input", "simlab-step"), label = el("span", "simlab-label");
   step.type = "range"; step.min = 0; step.step = 1; step.style.width = "240px";
   bar.style.cssText = "display:flex;gap:6px;align-items:center;margin:2px 0";
@@ -67,11 +68,11 @@ function render({ model, el: root }) {
     } else veil.style.display = "none";
   }
   function go(k) { model.set("value", Math.max(0, Math.min(n() - 1, k))); model.save_changes(); }
-  function stop() { if (timer) clearInterval(timer); timer = null; play.textContent = "▶ play"; }
+  function stop() { if (timer) clearInterval(timer); timer = null; play.textContent = model.get("play_label"); }
   play.onclick = () => {
     if (timer) return stop();
     if (model.get("value") >= n() - 1) go(0);
-    play.textContent = "❚❚ pause";
+    play.textContent = model.get("pause_label");
     timer = setInterval(() => { const k = model.get("value") + 1; go(k); if (k >= n() - 1) stop(); },
                         model.get("interval_ms"));
   };
@@ -101,10 +102,12 @@ class FramePlayer(anywidget.AnyWidget):
     pixel_scale = t.Float(PIXEL_SCALE).tag(sync=True)  # picture pixels per CSS px
     interval_ms = t.Int(250).tag(sync=True)
     label_prefix = t.Unicode("step ").tag(sync=True)
+    play_label = t.Unicode("▶ play").tag(sync=True)
+    pause_label = t.Unicode("❚❚ pause").tag(sync=True)
 
-    def __init__(self, hint: str = "▶ run this cell to get the player", **kwargs):
-        super().__init__(**kwargs)
-        self.hint = hint
+    def __init__(self, hint: str | None = None, **kwargs):
+        super().__init__(play_label=_("▶ play"), pause_label=_("❚❚ pause"), **kwargs)
+        self.hint = hint if hint is not None else _("▶ run this cell to get the player")
         self._generation, self._drawer = 0, None
 
     def __repr__(self) -> str:  # what a notebook shows before the cell runs, and what nbval compares
@@ -201,18 +204,19 @@ def _interval(count: int, seconds: float) -> int:
     return int(min(MAX_INTERVAL_MS, max(MIN_INTERVAL_MS, 1000 * seconds / max(count - 1, 1))))
 
 
-def frame_player(frames, *, captions=None, seconds: float = 10.0,
-                 hint: str = "▶ run this cell to get the player", label: str = "step ") -> FramePlayer:
+def frame_player(frames, *, captions=None, seconds: float = 10.0, hint: str | None = None,
+                 label: str | None = None) -> FramePlayer:
     """A player over `frames` (matplotlib Figures or PNG bytes), each drawn once; Play takes ≈ `seconds`."""
-    player = FramePlayer(hint=hint, label_prefix=label)
+    player = FramePlayer(hint=hint, label_prefix=label if label is not None else _("step "))
     player.set_frames(frames, captions, seconds)
     return player
 
 
-def reveal_player(fig, ax, times, *, captions=None, seconds: float = 10.0,
-                  hint: str = "▶ run this cell to get the timeline", label: str = "tick ") -> FramePlayer:
+def reveal_player(fig, ax, times, *, captions=None, seconds: float = 10.0, hint: str | None = None,
+                  label: str | None = None) -> FramePlayer:
     """A player over one picture: frame k shows `ax` up to data-x times[k]; starts on the last frame."""
-    player = FramePlayer(hint=hint, label_prefix=label)
+    hint = hint if hint is not None else _("▶ run this cell to get the timeline")
+    player = FramePlayer(hint=hint, label_prefix=label if label is not None else _("tick "))
     player.set_reveal(fig, ax, times, captions, seconds)
     return player
 
