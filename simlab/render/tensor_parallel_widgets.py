@@ -11,7 +11,8 @@ a tensor-parallel block's forward and backward.
   player over `draw_tp_steps` (every frame drawn once, stepped in the browser), with the real run's
   counted collectives (`run_tp`) beside the plan.
 
-The frames are pure, so tests need no browser.
+The frames are pure, so tests need no browser. Text is marked for translation (`simlab.i18n`), including the
+simulator's words of `SYNCS` (`SYNC_WORDS`); the knobs' values stay the simulator's "column" / "row".
 
     >>> print(mlp_split_frame("column", "row", 2, figure=False)[1].splitlines()[0])
     A by columns, B by rows on 2 ranks (X: 8 tokens × hidden 8, ffn 32, fp32) — Megatron's split
@@ -19,12 +20,13 @@ The frames are pure, so tests need no browser.
 from __future__ import annotations
 
 from .._checks import check_choice, check_int
+from ..i18n import N_, _
 from ..sim.tensor_parallel import KINDS, TPStep, gelu, shard_plan
-from ..sim.tensor_parallel_choices import (FFN, HIDDEN, TOKENS, mlp_inputs, split_error, split_forward, split_trace,
-                                           sync_rows)
+from ..sim.tensor_parallel_choices import (FFN, HIDDEN, SYNCS, TOKENS, mlp_inputs, split_error, split_forward,
+                                           split_trace, sync_rows)
 from .controls import Panel, figure_image, readout_html, run_control, show_figure, trace_link
 from .player import frame_player
-from .tensor_parallel import draw_mlp_shards, draw_tp_steps, real_counts_line
+from .tensor_parallel import count_of, draw_mlp_shards, draw_tp_steps, real_counts_line, shown
 from .text import rows_table
 
 TP_SIZES = (1, 2, 4, 8)
@@ -32,16 +34,33 @@ EXACT = 1e-12  # float64, partial sums added in another order: exact up to round
 REAL_EXACT = 1e-4  # the real run is fp32: rounding of sums of ~30 products of size ~10
 
 
-def plural(count: int, noun: str) -> str:
-    """'1 rank', '4 ranks', '2 processes': never '1 ranks'."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}{'es' if noun.endswith('s') else 's'}"
+# where each choice's collectives sit and what they move (sim.tensor_parallel_choices.SYNCS), as shown
+SYNC_WORDS = (N_("g, after B"), N_("between A and B"), N_("after B"), N_("before GeLU"), N_("partial Z"),
+              N_("Z columns"), N_("partial X·A"))
 
 
 def _verdict(error: float) -> str:
     if error < EXACT:
-        return "exact (max error < 1e-12)"
-    return (f"WRONG without summing X·A before GeLU: max error {error:.3g} "
-            "(GeLU(XA₁ + XA₂) ≠ GeLU(XA₁) + GeLU(XA₂))")
+        return _("exact (max error < 1e-12)")
+    return _("WRONG without summing X·A before GeLU: max error {error} "
+             "(GeLU(XA₁ + XA₂) ≠ GeLU(XA₁) + GeLU(XA₂))").format(error=f"{error:.3g}")
+
+
+CHOICES = {("column", "row"): N_("A by columns, B by rows"), ("column", "column"): N_("A by columns, B by columns"),
+           ("row", "row"): N_("A by rows, B by rows"), ("row", "column"): N_("A by rows, B by columns")}
+
+
+def choice_title(a_split: str, b_split: str) -> str:
+    """'A by columns, B by rows': one choice of splits, in the language in force."""
+    return _(CHOICES[a_split, b_split])
+
+
+def shown_sync_rows(a_split: str, b_split: str, rows: list[dict]) -> list[dict]:
+    """`sync_rows` as the explorer's table shows them: headers and the simulator's words translated (the
+    tensor's name is SYNCS's; its shape, appended by sync_rows, stays)."""
+    return [{_("where"): _(where), _("collective"): shown(op), _("tensor"): _(what) + row["tensor"][len(what):],
+             _("bytes/rank"): row["bytes/rank"]}
+            for row, (where, op, what, _size) in zip(rows, SYNCS[a_split, b_split])]
 
 
 def mlp_split_frame(a_split: str = "column", b_split: str = "row", ranks: int = 4, seed: int = 0,
@@ -55,14 +74,17 @@ def mlp_split_frame(a_split: str = "column", b_split: str = "row", ranks: int = 
     rows = sync_rows(a_split, b_split, ranks)
     shard = [tuple(shard_plan(kind, ranks, shape).rank_info(0)["shard_shape"])
              for kind, shape in ((a_split, a.shape), (b_split, b.shape))]
-    name = " — Megatron's split" if (a_split, b_split) == ("column", "row") else ""
-    lines = [f"A by {a_split}s, B by {b_split}s on {plural(ranks, 'rank')} (X: {TOKENS} tokens × hidden {HIDDEN}, "
-             f"ffn {FFN}, fp32){name}",
-             f"per rank: A shard {shard[0]} of {a.shape}, B shard {shard[1]} of {b.shape}",
-             rows_table(rows),
-             f"forward: {plural(len(rows), 'collective')}, {sum(r['bytes/rank'] for r in rows):,} B sent per rank",
+    name = _(" — Megatron's split") if (a_split, b_split) == ("column", "row") else ""
+    head = _("{choice} on {ranks}").format(choice=choice_title(a_split, b_split), ranks=count_of(ranks, "rank"))
+    lines = [head + _(" (X: {tokens} tokens × hidden {hidden}, ffn {ffn}, fp32)").format(
+                 tokens=TOKENS, hidden=HIDDEN, ffn=FFN) + name,
+             _("per rank: A shard {a_shard} of {a_shape}, B shard {b_shard} of {b_shape}").format(
+                 a_shard=shard[0], a_shape=a.shape, b_shard=shard[1], b_shape=b.shape),
+             rows_table(shown_sync_rows(a_split, b_split, rows)),
+             _("forward: {collectives}, {nbytes} B sent per rank").format(
+                 collectives=count_of(len(rows), "collective"), nbytes=f"{sum(r['bytes/rank'] for r in rows):,}"),
              _verdict(error)]
-    fig = draw_mlp_shards(a_split, b_split, ranks, HIDDEN, FFN, title=lines[0].split(" (X:")[0]) if figure else None
+    fig = draw_mlp_shards(a_split, b_split, ranks, HIDDEN, FFN, title=head) if figure else None
     return fig, "\n".join(lines)
 
 
@@ -72,34 +94,39 @@ def real_split_rows(real: dict) -> list[dict]:
     sim_error = split_error(*choice, n, x, a, b)  # the shortcut's
     synced = float(abs(split_forward(*choice, n, x, a, b)[0] - gelu(x @ a) @ b).max())  # with the collectives
     small = lambda e, floor, note: f"{e:.3g}" if e >= floor else f"{e:.1g}{note}"  # noqa: E731  rounding, not a value
-    return [{"": "collectives, in order", "simulated": ", ".join(real["plan_collectives"]),
-             "real run": ", ".join(real["collectives"])},
-            {"": "bytes sent per rank", "simulated": f"{real['plan_bytes_sent_per_rank'][0]:,}",
-             "real run": f"{real['bytes_sent_per_rank'][0]:,}" + (
-                 "" if len(set(real["bytes_sent_per_rank"])) == 1 else f" (ranks: {real['bytes_sent_per_rank']})")},
-            {"": "max error, with these collectives", "simulated": small(synced, EXACT, " (fp64)"),
-             "real run": small(real["max_abs_diff_vs_reference"], REAL_EXACT, " (fp32)")},
-            {"": "max error, no sync before GeLU", "simulated": small(sim_error, EXACT, " (fp64)"),
-             "real run": small(real["shortcut_error"], REAL_EXACT, " (fp32)")},
-            {"": "processes", "simulated": "—", "real run": f"{n} ({real['backend']})"}]
+    sim, run = _("simulated"), _("real run")
+    sent = real["bytes_sent_per_rank"]
+    return [{"": _("collectives, in order"), sim: ", ".join(map(shown, real["plan_collectives"])),
+             run: ", ".join(map(shown, real["collectives"]))},
+            {"": _("bytes sent per rank"), sim: f"{real['plan_bytes_sent_per_rank'][0]:,}",
+             run: f"{sent[0]:,}" + ("" if len(set(sent)) == 1 else _(" (ranks: {sent})").format(sent=sent))},
+            {"": _("max error, with these collectives"), sim: small(synced, EXACT, " (fp64)"),
+             run: small(real["max_abs_diff_vs_reference"], REAL_EXACT, " (fp32)")},
+            {"": _("max error, no sync before GeLU"), sim: small(sim_error, EXACT, " (fp64)"),
+             run: small(real["shortcut_error"], REAL_EXACT, " (fp32)")},
+            {"": _("processes"), sim: "—", run: f"{n} ({real['backend']})"}]
 
 
 def real_split_line(real: dict) -> str:
     """One line for the explorer's picture: the real run's collectives and errors."""
     same = real["collectives"] == real["plan_collectives"] and \
         real["bytes_sent_per_rank"] == real["plan_bytes_sent_per_rank"]
-    return (f"real run, {plural(real['world_size'], 'process')}: {plural(len(real['collectives']), 'collective')}"
-            f" ({'as simulated' if same else 'NOT as simulated'}), error {real['max_abs_diff_vs_reference']:.1g}; "
-            f"without the sync before GeLU: error {real['shortcut_error']:.3g}")
+    return _("real run, {processes}: {collectives} ({same}), error {error}; without the sync before GeLU: error "
+             "{shortcut}").format(processes=count_of(real["world_size"], "process"),
+                                  collectives=count_of(len(real["collectives"]), "collective"),
+                                  same=_("as simulated") if same else _("NOT as simulated"),
+                                  error=f"{real['max_abs_diff_vs_reference']:.1g}",
+                                  shortcut=f"{real['shortcut_error']:.3g}")
 
 
 def mlp_explorer(a_split: str = "column", b_split: str = "row", ranks: int = 4, run=None):
     """Pick the split of A, of B and the TP size; see the shards, the communication and the error. With
     `run(a_split=, b_split=, world_size=)` (e.g. `run_tp_split`) a button runs the shown choice for real."""
     import ipywidgets as w
-    knobs = {"a_split": w.ToggleButtons(options=KINDS, value=a_split, description="A by"),
-             "b_split": w.ToggleButtons(options=KINDS, value=b_split, description="B by"),
-             "ranks": w.Dropdown(options=TP_SIZES, value=ranks, description="TP size")}
+    kinds = [(_(kind), kind) for kind in (N_("column"), N_("row"))]  # (label, value): the value stays the sim's
+    knobs = {"a_split": w.ToggleButtons(options=kinds, value=a_split, description=_("A by")),
+             "b_split": w.ToggleButtons(options=kinds, value=b_split, description=_("B by")),
+             "ranks": w.Dropdown(options=TP_SIZES, value=ranks, description=_("TP size"))}
     image, text, links = figure_image(), w.HTML(), w.HBox()
     choice = lambda: {k: knob.value for k, knob in knobs.items()}  # noqa: E731
 
@@ -115,20 +142,20 @@ def mlp_explorer(a_split: str = "column", b_split: str = "row", ranks: int = 4, 
     def show_real(real: dict):
         c = choice()
         fig = draw_mlp_shards(c["a_split"], c["b_split"], c["ranks"], HIDDEN, FFN,
-                              title=f"A by {c['a_split']}s, B by {c['b_split']}s", footer=real_split_line(real))
+                              title=choice_title(c["a_split"], c["b_split"]), footer=real_split_line(real))
         return fig, rows_table(real_split_rows(real)), [trace_link(real["trace"], "tp_split_real.json")]
 
     control = None
     if run is not None:
         control = run_control(lambda: run(a_split=knobs["a_split"].value, b_split=knobs["b_split"].value,
                                           world_size=knobs["ranks"].value), show_real,
-                              label="run this split on real processes")
+                              label=_("run this split on real processes"))
     for knob in knobs.values():
         knob.observe(show, names="value")
     show()
     parts = [w.HBox(list(knobs.values())[:2]), knobs["ranks"], image, text, links]
     return Panel(parts + ([control] if control is not None else []),
-                 hint="▶ run this cell to get the split explorer")
+                 hint=_("▶ run this cell to get the split explorer"))
 
 
 def plan_steps(result: dict) -> list[TPStep]:
@@ -138,8 +165,8 @@ def plan_steps(result: dict) -> list[TPStep]:
 
 def steps_text(steps, real: dict | None = None) -> str:
     """The block's steps as a table (f and g marked), then the real run's counts beside the plan's."""
-    rows = [{"#": k, "phase": s.phase, "op": s.name, "every rank computes": s.compute,
-             "collective": s.collective, "B/rank": s.bytes_sent[0]} for k, s in enumerate(steps)]
+    rows = [{"#": k, _("phase"): shown(s.phase), _("op"): shown(s.name), _("every rank computes"): shown(s.compute),
+             _("collective"): shown(s.collective), _("B/rank"): s.bytes_sent[0]} for k, s in enumerate(steps)]
     table = "\n".join(line.rstrip() for line in rows_table(rows).splitlines())
     return table if real is None else table + "\n" + real_counts_line(real)
 
@@ -148,11 +175,14 @@ def step_frame(k: int, steps, real: dict | None = None) -> str:
     """The text the player shows at step k."""
     check_int("k", k, 0, len(steps) - 1)
     s = steps[k]
-    comm = f"{s.collective}, {s.bytes_sent[0]} B sent per rank" if s.collective != "none" else "no communication"
-    lines = [f"step {k}/{len(steps) - 1} ({s.phase}) {s.name}: {s.compute}", f"  {comm}"]
+    comm = _("{collective}, {nbytes} B sent per rank").format(collective=shown(s.collective), nbytes=s.bytes_sent[0]) \
+        if s.collective != "none" else _("no communication")
+    lines = [_("step {k}/{last} ({phase}) {op}: {compute}").format(
+        k=k, last=len(steps) - 1, phase=shown(s.phase), op=shown(s.name), compute=shown(s.compute)), f"  {comm}"]
     if real is not None and s.collective != "none":
-        lines.append(f"  real run: {s.phase} {s.collective} ×{real[f'allreduce_calls_{s.phase}']}"
-                     if s.collective == "all-reduce" else f"  real run: {real['calls_per_rank'][0]}")
+        lines.append("  " + (_("real run: {phase} {collective} ×{count}").format(
+            phase=shown(s.phase), collective=shown(s.collective), count=real[f"allreduce_calls_{s.phase}"])
+            if s.collective == "all-reduce" else _("real run: {calls}").format(calls=real["calls_per_rank"][0])))
     return "\n".join(lines)
 
 
@@ -160,4 +190,4 @@ def steps_player(steps, real: dict | None = None, seconds: float = 10.0):
     """A player over the steps: `draw_tp_steps` with step k outlined, its text under it (drawn once each)."""
     frames = [draw_tp_steps(steps, current=k, real=real) for k in range(len(steps))]
     return frame_player(frames, captions=[readout_html(step_frame(k, steps, real)) for k in range(len(steps))],
-                        seconds=seconds, hint="▶ run this cell to get the step player")
+                        seconds=seconds, hint=_("▶ run this cell to get the step player"))
