@@ -285,6 +285,8 @@ def test_lesson_text_matches_the_simulator():
     assert f"links of {w.bandwidth / 1e9:g} GB/s" in prose
     dp, slow = simulate_dp(HIGH_LATENCY), simulate_ddp(HIGH_LATENCY)
     n = HIGH_LATENCY.world_size
-    assert f"{len(slow.buckets)} buckets × {2 * (n - 1)} × 100 µs" in prose
+    latencies = len(slow.buckets) * 2 * (n - 1) * HIGH_LATENCY.alpha
+    assert (f"{len(slow.buckets)} buckets × $2(N-1) = {2 * (n - 1)}$ latencies × "
+            f"{HIGH_LATENCY.alpha * 1e6:g} µs = {latencies * 1e3:g} ms") in prose
     assert len(slow.buckets) * 2 * (n - 1) * HIGH_LATENCY.alpha > dp.step_seconds  # "more than DP's whole step"
     assert f"torch's default is {simulate_ddp(w).workload.bucket_cap_mb:g} MiB" in prose
