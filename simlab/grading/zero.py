@@ -1,8 +1,10 @@
 """Lesson 3's exercises: per-GPU memory of ZeRO stages 0-3 (graded on the paper's Figure 1 and 48 more
 cases where shards round up), fitting a 70 B model on 80 GB GPUs (graded by the memory model), and a
-prediction of the bytes one rank sends in a ZeRO-2 step (graded against a real run)."""
+prediction of the bytes one rank sends in a ZeRO-2 step (graded against a real run). Every ✓/✗ line and
+reason goes through `_()` (simlab.i18n; Chinese in locale/zh/LC_MESSAGES/zero.po); parameter names stay."""
 from __future__ import annotations
 
+from ..i18n import _
 from ..sim.memory import PRECISIONS, comm_volume_per_step, per_gpu_bytes, peak_per_gpu_bytes, shard_numel
 from ..sim.memory import smallest_world_size
 from .common import fail
@@ -14,14 +16,16 @@ GPU_BYTES = 80 * 10**9  # an 80 GB GPU, in the paper's GB (1e9 bytes)
 
 def check_zero_memory(fn) -> None:
     """Grade `fn(psi, n_gpus, stage) -> {params, grads, optimizer, total}` (mixed precision, K=12)."""
-    title, keys = "ZeRO memory per GPU", ("params", "grads", "optimizer", "total")
+    title, keys = _("ZeRO memory per GPU"), ("params", "grads", "optimizer", "total")
     probe = fn(7_500_000_000, 64, 0)  # a wrong shape of answer is named here, not met as an AttributeError below
     if not isinstance(probe, dict) or any(k not in probe for k in keys):
-        fail(title, "the answer's form", f"returned {probe!r:.80}; return a dict with {', '.join(keys)} (bytes)")
+        fail(title, _("the answer's form"), _("returned {value}; return a dict with {keys} (bytes)").format(
+            value=f"{probe!r:.80}", keys=", ".join(keys)))
     for stage, total in PAPER.items():
         got = fn(7_500_000_000, 64, stage)
         if got.get("total") != total:
-            fail(title, f"the paper's example, stage {stage}", f"total={got.get('total')} B, paper: {total:.0f} B")
+            fail(title, _("the paper's example, stage {stage}").format(stage=stage),
+                 _("total={got} B, paper: {paper} B").format(got=got.get("total"), paper=f"{total:.0f}"))
     cases = [(psi, n, stage) for psi in (1_000_000, 1_000_003, 7_500_000_000) for n in (1, 3, 64, 1000)
              for stage in range(4)]
     for psi, n, stage in cases:
@@ -29,9 +33,10 @@ def check_zero_memory(fn) -> None:
         wrong = [k for k in keys if got.get(k) != want[k]]
         if wrong:
             fail(title, f"psi={psi}, n_gpus={n}, stage={stage}",
-                  f"{wrong[0]}={got.get(wrong[0])} but expected {want[wrong[0]]} (shards round up)")
-    print(f"{title}: ✓ the paper's 120 / 31.4 / 16.6 / 1.9 GB and {len(cases)} more cases "
-          f"(uneven shards round up)")
+                 _("{key}={got} but expected {want} (shards round up)").format(
+                     key=wrong[0], got=got.get(wrong[0]), want=want[wrong[0]]))
+    print(f"{title}: ✓ " + _("the paper's 120 / 31.4 / 16.6 / 1.9 GB and {n} more cases (uneven shards round "
+                             "up)").format(n=len(cases)))
 
 
 def _gb(nbytes: float) -> str:
@@ -39,77 +44,85 @@ def _gb(nbytes: float) -> str:
 
 
 def _gpus(n: int) -> str:
-    return f"{n} GPU{'s' if n != 1 else ''}"
+    return _("{n} GPU{s}").format(n=n, s="s" if n != 1 else "")
 
 
 def _why_never(stage: int, offload: bool) -> str:
     """Why no number of GPUs makes this stage fit: what every GPU keeps in full, whatever N."""
     psi = sum(LAYERS_70B)
     if offload:
-        return (f"offload moves gradients and optimizer state to the host, but stage 2 still keeps the full "
-                f"16-bit parameters ({_gb(2 * psi)}) on every GPU")
-    full = {0: "parameters, gradients and optimizer state", 1: "16-bit parameters and gradients",
-            2: "16-bit parameters"}[stage]
+        return _("offload moves gradients and optimizer state to the host, but stage 2 still keeps the full "
+                 "16-bit parameters ({size}) on every GPU").format(size=_gb(2 * psi))
+    full = {0: _("parameters, gradients and optimizer state"), 1: _("16-bit parameters and gradients"),
+            2: _("16-bit parameters")}[stage]
     size = {0: 16 * psi, 1: 4 * psi, 2: 2 * psi}[stage]
-    return f"stage {stage} keeps the full {full} ({_gb(size)}) on every GPU, whatever N"
+    return _("stage {stage} keeps the full {full} ({size}) on every GPU, whatever N").format(
+        stage=stage, full=full, size=_gb(size))
 
 
 def check_fit_70b(stage, n_gpus, offload=False) -> None:
     """Grade (stage, n_gpus, offload) for a 70 B model (80 equal layers), mixed-precision Adam, model state
     only, on 80 GB GPUs: the peak (`sim.memory.peak_per_gpu_bytes`) must fit, with the fewest GPUs."""
-    title = "70 B on 80 GB GPUs"
+    title = _("70 B on 80 GB GPUs")
     if type(stage) is not int or not 0 <= stage <= 3:
-        fail(title, f"stage={stage!r}", "must be a ZeRO stage: 0, 1, 2 or 3")
+        fail(title, f"stage={stage!r}", _("must be a ZeRO stage: 0, 1, 2 or 3"))
     if type(n_gpus) is not int or n_gpus < 1:
-        fail(title, f"n_gpus={n_gpus!r}", "must be a whole number of GPUs, at least 1")
+        fail(title, f"n_gpus={n_gpus!r}", _("must be a whole number of GPUs, at least 1"))
     if type(offload) is not bool or (offload and stage < 2):
-        fail(title, f"offload={offload!r}", "must be True or False, and True needs stage 2 or 3")
+        fail(title, f"offload={offload!r}", _("must be True or False, and True needs stage 2 or 3"))
     best = smallest_world_size(LAYERS_70B, stage, GPU_BYTES, offload)
-    case = f"stage {stage}{' + offload' if offload else ''} on {_gpus(n_gpus)}"
+    case = (_("stage {stage} + offload on {gpus}") if offload else _("stage {stage} on {gpus}")).format(
+        stage=stage, gpus=_gpus(n_gpus))
     need = peak_per_gpu_bytes(LAYERS_70B, n_gpus, stage, offload)
     if best is None:
-        fail(title, case, f"needs {_gb(need)} per GPU and never fits: {_why_never(stage, offload)}")
+        fail(title, case, _("needs {need} per GPU and never fits: {why}").format(
+            need=_gb(need), why=_why_never(stage, offload)))
     if need > GPU_BYTES:
         steady = per_gpu_bytes(LAYERS_70B, n_gpus, stage, offload, "mixed")["total"]
-        fail(title, case, f"needs {_gb(need)} per GPU ({_gb(steady)} between steps + {_gb(need - steady)} "
-                          f"for one layer gathered with its full gradient), more than 80 GB")
+        fail(title, case, _("needs {need} per GPU ({steady} between steps + {layer} for one layer gathered with "
+                            "its full gradient), more than 80 GB").format(
+            need=_gb(need), steady=_gb(steady), layer=_gb(need - steady)))
     if n_gpus > best:
-        fail(title, case, f"fits ({_gb(need)} per GPU) but is not the fewest: {_gpus(best)} already fit "
-                          f"({_gb(peak_per_gpu_bytes(LAYERS_70B, best, stage, offload))})")
+        fail(title, case, _("fits ({need} per GPU) but is not the fewest: {best} already fit ({best_need})").format(
+            need=_gb(need), best=_gpus(best), best_need=_gb(peak_per_gpu_bytes(LAYERS_70B, best, stage, offload))))
     host = per_gpu_bytes(LAYERS_70B, n_gpus, stage, offload, "mixed")["cpu"]
-    print(f"{title}: ✓ {case}: {_gb(need)} per GPU at the peak, and {_gpus(best - 1)} would need "
-          f"{_gb(peak_per_gpu_bytes(LAYERS_70B, best - 1, stage, offload))}"
-          + (f"; each GPU's host keeps {_gb(host)}" if offload else ""))
+    print(f"{title}: ✓ {case}: " + _("{need} per GPU at the peak, and {fewer} would need {fewer_need}").format(
+        need=_gb(need), fewer=_gpus(best - 1), fewer_need=_gb(peak_per_gpu_bytes(LAYERS_70B, best - 1, stage, offload)))
+          + (_("; each GPU's host keeps {host}").format(host=_gb(host)) if offload else ""))
 
 
 def check_bytes_prediction(predicted, real: dict, sizes, rank: int = 1) -> None:
     """Grade a prediction of the bytes `rank` sends in one step against a real run (`run_zero(…, steps=1)`):
     the measured `bytes_sent_per_rank[rank]`. A wrong answer is matched against the usual slips."""
-    title = f"bytes rank {rank} sends"
+    title = _("bytes rank {rank} sends").format(rank=rank)
     if predicted is None:  # the exercise's placeholder: not answered yet, like a stub
-        raise NotImplementedError("exercise: commit your prediction in the cell above first")
+        raise NotImplementedError(_("exercise: commit your prediction in the cell above first"))
     if isinstance(predicted, bool) or not isinstance(predicted, (int, float)):
-        fail(title, f"predicted={predicted!r}", "must be a number of bytes")
+        fail(title, f"predicted={predicted!r}", _("must be a number of bytes"))
     measured, n, stage = real["bytes_sent_per_rank"][rank], real["world_size"], real["stage"]
     numels = [(a + 1) * b for a, b in zip(sizes, sizes[1:])]  # weight + bias per Linear
     shards = sum(shard_numel(p, n) for p in numels)
     if measured != comm_volume_per_step(numels, stage, n, "fp32"):  # the run must be the one asked about
-        fail(title, "the real run", f"sent {measured} B, the model says {comm_volume_per_step(numels, stage, n, 'fp32')} B")
+        fail(title, _("the real run"), _("sent {measured} B, the model says {model} B").format(
+            measured=measured, model=comm_volume_per_step(numels, stage, n, "fp32")))
     if predicted == measured:
-        print(f"{title}: ✓ {measured} B measured on the real run = (N-1)·ΣS·(4 + 4) with ΣS = {shards} "
-              f"(each layer padded to a multiple of {n})")
+        print(f"{title}: ✓ " + _("{measured} B measured on the real run = (N-1)·ΣS·(4 + 4) with ΣS = {shards} "
+                                 "(each layer padded to a multiple of {n})").format(measured=measured, shards=shards,
+                                                                                    n=n))
         return
     f32 = PRECISIONS["fp32"].grad  # the real run is fp32: 4-byte gradients and parameters
     slips = {  # the usual slips, each with why it is wrong (the real run is fp32: 4 bytes a value)
-        (n - 1) * shards * f32: "half of it: only the gradients' reduce-scatter (or 2-byte values); after the "
-                                "step each rank also all-gathers its updated parameters, and the run is fp32",
-        (n - 1) * shards * 2: "that counts elements, not bytes: the real run is fp32, 4 bytes each",
-        (n - 1) * shards * 3 * f32: "that is ZeRO-3's 3Ψ: stage 2 gathers the parameters once, after the step",
-        (n - 1) * -(-sum(numels) // n) * 2 * f32: "the padding is per layer: each layer's buffer is padded "
-                                                  "to a multiple of N on its own",
-        2 * sum(numels) * f32 * (n - 1) // n: "the padding is missing: each layer's buffer is padded to a "
-                                              "multiple of N, and a rank sends N-1 whole shards",
-        2 * sum(numels) * f32: "a ring sends (N-1)/N of the buffer per collective, not all of it",
+        (n - 1) * shards * f32: _("half of it: only the gradients' reduce-scatter (or 2-byte values); after the "
+                                  "step each rank also all-gathers its updated parameters, and the run is fp32"),
+        (n - 1) * shards * 2: _("that counts elements, not bytes: the real run is fp32, 4 bytes each"),
+        (n - 1) * shards * 3 * f32: _("that is ZeRO-3's 3Ψ: stage 2 gathers the parameters once, after the step"),
+        (n - 1) * -(-sum(numels) // n) * 2 * f32: _("the padding is per layer: each layer's buffer is padded "
+                                                    "to a multiple of N on its own"),
+        2 * sum(numels) * f32 * (n - 1) // n: _("the padding is missing: each layer's buffer is padded to a "
+                                                "multiple of N, and a rank sends N-1 whole shards"),
+        2 * sum(numels) * f32: _("a ring sends (N-1)/N of the buffer per collective, not all of it"),
     }
-    why = slips.get(predicted, "") or f"the real run sent (N-1)·ΣS·8 bytes with ΣS = {shards}"
-    fail(title, f"predicted {predicted} B", f"the real rank {rank} sent {measured} B — {why}")
+    why = slips.get(predicted, "") or _("the real run sent (N-1)·ΣS·8 bytes with ΣS = {shards}").format(
+        shards=shards)
+    fail(title, _("predicted {predicted} B").format(predicted=predicted),
+         _("the real rank {rank} sent {measured} B — {why}").format(rank=rank, measured=measured, why=why))

@@ -10,20 +10,26 @@ timeline, and a real run beside the model. The widgets built from them are in `r
 
 The numbers come from `simlab.sim.memory` and `simlab.sim.zero`; this module only draws them. Every text is
 10 pt or more and every figure at most about 9 inches wide, so at 100 px per inch nothing is under 14 px.
+Words go through `_()` (simlab.i18n; Chinese in locale/zh/LC_MESSAGES/zero.po); the names of walkthrough
+steps and events ("all-gather La") are the trace's names and stay as they are.
 """
 from __future__ import annotations
 
 import textwrap
 
+from ..i18n import N_, _
 from ..sim.memory import per_gpu_bytes
 from ..sim.zero import KINDS, executor_names, memory_curve, to_trace, walkthrough
 from .mpl import _new_ax
+from .text import display_width, pad
 
 GB = 1e9
 FONT = 10  # the smallest text anywhere: 14 px at 100 px per inch
 PART_COLOR = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868"}
 CPU_COLOR = "#8c8c8c"
-STAGE_NAMES = ["stage 0 (DP)", "stage 1 (P_os)", "stage 2 (P_os+g)", "stage 3 (P_os+g+p)"]
+STAGE_NAMES = [N_("stage 0 (DP)"), N_("stage 1 (P_os)"), N_("stage 2 (P_os+g)"), N_("stage 3 (P_os+g+p)")]
+# what the pictures call the parts of a GPU's model state (the keys stay English: they are the data's names)
+PART_NAMES = {"params": N_("params"), "grads": N_("grads"), "optimizer": N_("optimizer"), "optim": N_("optim")}
 OWNED_COLOR, GATHERED_COLOR = "#4c72b0", "#fdf2cc"  # own block: solid blue; someone else's: pale
 UNIT_IN = 0.25  # inches per block slot of the step grid
 MAX_WIDTH = 33  # block slots per band of the step grid (about 9 inches with the labels); wider scenes wrap
@@ -51,7 +57,7 @@ def draw_memory_bars(rows: dict, ax=None, title=None):
     bottom = np.zeros(len(rows))
     for part, color in PART_COLOR.items():
         heights = np.array([rows[k][part] / GB for k in labels])
-        ax.bar(gpu_x, heights, width, bottom=bottom, color=color, label=part, gid=part)
+        ax.bar(gpu_x, heights, width, bottom=bottom, color=color, label=_(PART_NAMES[part]), gid=part)
         bottom += heights
     top = max(bottom.max(), max(r.get("cpu", 0) for r in rows.values()) / GB) or 1.0
     for xi, k in zip(gpu_x, labels):
@@ -60,14 +66,14 @@ def draw_memory_bars(rows: dict, ax=None, title=None):
     if has_cpu:
         cpu = np.array([rows[k]["cpu"] / GB for k in labels])
         ax.bar(x + width / 2, cpu, width, color="white", edgecolor=CPU_COLOR, hatch="//",
-               label="CPU (offload)", gid="cpu")
+               label=_("CPU (offload)"), gid="cpu")
         for xi, v in zip(x + width / 2, cpu):
             if v:
                 ax.text(xi, v + 0.01 * top, gb(v * GB), ha="center", va="bottom", fontsize=FONT,
                         color="#555555", gid="total")
     ax.set_xticks(x, [k.replace(" (", "\n(") for k in labels], fontsize=FONT)
     ax.tick_params(axis="y", labelsize=FONT)
-    ax.set_ylabel("GB per GPU", fontsize=FONT)
+    ax.set_ylabel(_("GB per GPU"), fontsize=FONT)
     ax.set_ylim(0, top * 1.15)
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=FONT, frameon=False)
@@ -79,20 +85,22 @@ def draw_memory_bars(rows: dict, ax=None, title=None):
 def calculator_rows(params: float, gpus: int, precision: str = "mixed", offload: bool = False) -> dict:
     """label → `per_gpu_bytes` for stages 0-3 (offload only where ZeRO allows it: stages 2, 3)."""
     psi = max(1, int(round(params)))
-    return {name + (" +offload" if offload and s >= 2 else ""):
+    return {_(name) + (_(" +offload") if offload and s >= 2 else ""):
             per_gpu_bytes(psi, gpus, s, offload=offload and s >= 2, precision=precision)
             for s, name in enumerate(STAGE_NAMES)}
 
 
 def calculator_table(rows: dict) -> list[dict]:
-    """The calculator's rows as GB strings, one dict per configuration (for `table_html` and text)."""
-    return [{"": k, **{c: gb(r[key]) for c, key in (("params", "params"), ("grads", "grads"),
-                                                   ("optimizer", "optimizer"), ("GPU total", "total"),
-                                                   ("CPU", "cpu"))}} for k, r in rows.items()]
+    """The calculator's rows as GB strings, one dict per configuration (for `table_html` and text); the
+    column names (the dicts' keys) are in the language in force."""
+    columns = [(_(PART_NAMES[key]), key) for key in ("params", "grads", "optimizer")]
+    columns += [(_("GPU total"), "total"), ("CPU", "cpu")]
+    return [{"": k, **{c: gb(r[key]) for c, key in columns}} for k, r in rows.items()]
 
 
 def calculator_title(params: float, gpus: int, precision: str) -> str:
-    return f"Ψ = {params / 1e9:.3g} B parameters, {gpus} GPU{'s' if gpus != 1 else ''}, {precision} precision"
+    return _("Ψ = {params} B parameters, {gpus} GPU{s}, {precision} precision").format(
+        params=f"{params / 1e9:.3g}", gpus=gpus, s="s" if gpus != 1 else "", precision=precision)
 
 
 def calculator_frame(params: float, gpus: int, precision: str = "mixed", offload: bool = False):
@@ -101,9 +109,9 @@ def calculator_frame(params: float, gpus: int, precision: str = "mixed", offload
     title = calculator_title(params, gpus, precision)
     fig = draw_memory_bars(rows, title=title)
     table = [[k for k in calculator_table(rows)[0]]] + [list(r.values()) for r in calculator_table(rows)]
-    widths = [max(len(r[c]) for r in table) for c in range(len(table[0]))]
-    lines = [title + " (GB per GPU)"]
-    lines += ["  ".join(v.rjust(w) if c else v.ljust(w) for c, (v, w) in enumerate(zip(r, widths)))
+    widths = [max(display_width(r[c]) for r in table) for c in range(len(table[0]))]  # columns, not characters
+    lines = [_("{title} (GB per GPU)").format(title=title)]
+    lines += ["  ".join(" " * (w - display_width(v)) + v if c else pad(v, w) for c, (v, w) in enumerate(zip(r, widths)))
               for r in table]
     return fig, "\n".join(lines)
 
@@ -146,7 +154,7 @@ def draw_zero_step(step, world_size: int, ax=None, describe: bool = True):
             ax.add_patch(Rectangle((x0, y0), cell_w, 1.1, facecolor="#f4f4f4" if blocks is not None
                                    else "#d9d9d9", edgecolor="#999999", gid="cell"))
             if c == 0:
-                ax.text(x0 - 0.3, y0 + 0.55, kind, ha="right", va="center", fontsize=FONT)
+                ax.text(x0 - 0.3, y0 + 0.55, _(PART_NAMES[kind]), ha="right", va="center", fontsize=FONT)
             for b in sorted(blocks or ()):
                 owned = int(b[1:]) == g
                 bx = x0 + 0.3 + letters.index(b[0]) * (n * slot + gap) + int(b[1:]) * slot
@@ -158,13 +166,13 @@ def draw_zero_step(step, world_size: int, ax=None, describe: bool = True):
     ax.set_xlim(-left, width)
     ax.set_ylim(-bands * band_h + 0.7, 0.8)
     ax.axis("off")
-    title = f"step {step.index}: {step.name}"
+    title = _("step {index}: {name}").format(index=step.index, name=step.name)
     if describe:  # wrapped to the figure's width: a long title would widen the saved picture
         title += "\n" + "\n".join(textwrap.wrap(step.description, int(11.5 * UNIT_IN * (width + left))))
     ax.set_title(title, fontsize=FONT)
-    ax.add_patch(Rectangle((0, 0), 0, 0, facecolor=OWNED_COLOR, label="owned block"))
+    ax.add_patch(Rectangle((0, 0), 0, 0, facecolor=OWNED_COLOR, label=_("owned block")))
     ax.add_patch(Rectangle((0, 0), 0, 0, facecolor=GATHERED_COLOR, edgecolor="#333333",
-                           linestyle="--", label="someone else's block"))
+                           linestyle="--", label=_("someone else's block")))
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0.0), ncol=2, fontsize=FONT, frameon=False)
     return ax.figure
 
@@ -182,7 +190,7 @@ def draw_memory_curve(steps, world_size: int, ax=None):
             ax.plot(x, host, linestyle=":", marker="s", markersize=3, label=f"CPU{g}")
     ax.set_xticks(list(x), [f"{st.index} {st.name}" for st in steps], rotation=60, ha="right", fontsize=FONT)
     ax.tick_params(axis="y", labelsize=FONT)
-    ax.set_ylabel("bytes of model state", fontsize=FONT)
+    ax.set_ylabel(_("bytes of model state"), fontsize=FONT)
     ax.set_ylim(0, 1.12 * max(max(c) for c in memory_curve(steps)))  # room above the peak's markers
     ax.grid(axis="y", alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
@@ -219,10 +227,10 @@ def draw_offload_timeline(steps, gpu: int = 0, ax=None):
         ax.text(e.start + 0.5, y, label, ha="center", va="center", fontsize=FONT, color="white")
     ax.set_xlim(0, max(e.end for e in events))
     ax.set_ylim(cpu_y + 0.5, -0.5)
-    ax.set_yticks([0, cpu_y], [f"GPU{gpu}", f"CPU{gpu}\n(host)"], fontsize=FONT)
+    ax.set_yticks([0, cpu_y], [f"GPU{gpu}", _("CPU{gpu}\n(host)").format(gpu=gpu)], fontsize=FONT)
     ax.tick_params(axis="x", labelsize=FONT)
-    ax.set_xlabel("walkthrough step  (F forward, B backward, RS reduce-scatter, AG all-gather)", fontsize=FONT)
-    ax.set_title("ZeRO-Offload: gradients go down, the CPU runs Adam, parameters come back up",
+    ax.set_xlabel(_("walkthrough step  (F forward, B backward, RS reduce-scatter, AG all-gather)"), fontsize=FONT)
+    ax.set_title(_("ZeRO-Offload: gradients go down, the CPU runs Adam, parameters come back up"),
                  fontsize=FONT + 1, loc="left")
     ax.spines[["top", "right"]].set_visible(False)
     return ax.figure
@@ -241,13 +249,13 @@ def draw_real_vs_model(real: dict):
     from matplotlib.figure import Figure
     n = real["world_size"]
     fig = Figure(figsize=(8.5, 3.4), layout="constrained")
-    panels = [("bytes kept per rank", [_kept(m) for m in real["measured_bytes_per_rank"]],
+    panels = [(_("bytes kept per rank"), [_kept(m) for m in real["measured_bytes_per_rank"]],
                [_kept(m) for m in real["predicted_bytes_per_rank"]]),
-              ("bytes sent in one step", real["bytes_sent_per_rank"], real["predicted_bytes_sent_per_rank"])]
-    x, same = np.arange(n), all(list(measured) == list(model) for _, measured, model in panels)
+              (_("bytes sent in one step"), real["bytes_sent_per_rank"], real["predicted_bytes_sent_per_rank"])]
+    x, same = np.arange(n), all(list(measured) == list(model) for _title, measured, model in panels)
     for ax, (title, measured, model) in zip(fig.subplots(1, 2), panels):
-        ax.bar(x - 0.2, measured, 0.4, color="#4c72b0", label="measured (real run)", gid="measured")
-        ax.bar(x + 0.2, model, 0.4, color="white", edgecolor="#4c72b0", hatch="//", label="model", gid="model")
+        ax.bar(x - 0.2, measured, 0.4, color="#4c72b0", label=_("measured (real run)"), gid="measured")
+        ax.bar(x + 0.2, model, 0.4, color="white", edgecolor="#4c72b0", hatch="//", label=_("model"), gid="model")
         for xi, v in zip(x, measured):
             ax.text(xi - 0.2, v, str(v), ha="center", va="bottom", fontsize=FONT, gid="value")
         ax.set_xticks(x, [f"rank {r}" for r in range(n)], fontsize=FONT)
@@ -256,7 +264,8 @@ def draw_real_vs_model(real: dict):
         ax.set_title(title, fontsize=FONT)
         ax.spines[["top", "right"]].set_visible(False)
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncol=2, fontsize=FONT, frameon=False)
-    fig.suptitle(f"ZeRO-{real['stage']} on {n} processes: measured {'=' if same else '≠'} model", fontsize=FONT + 1)
+    fig.suptitle(_("ZeRO-{stage} on {n} processes: measured {relation} model").format(
+        stage=real["stage"], n=n, relation="=" if same else "≠"), fontsize=FONT + 1)
     return fig
 
 
@@ -264,18 +273,18 @@ def real_run_text(real: dict, layers: int, rank: int = 0) -> str:
     """A real run in text: bytes per rank beside the model, then one rank's step-0 events beside the
     walkthrough's (the same names, the same order when the executor follows the walkthrough)."""
     n, stage = real["world_size"], real["stage"]
-    lines = ["rank  kept B (real / model)  sent B (real / model)"]
-    for r in range(n):
-        kept = f"{_kept(real['measured_bytes_per_rank'][r])} / {_kept(real['predicted_bytes_per_rank'][r])}"
-        sent = f"{real['bytes_sent_per_rank'][r]} / {real['predicted_bytes_sent_per_rank'][r]}"
-        lines.append(f"{r:<4}  {kept:<21}  {sent}")
+    header = ["rank", _("kept B (real / model)"), _("sent B (real / model)")]
+    rows = [[str(r), f"{_kept(real['measured_bytes_per_rank'][r])} / {_kept(real['predicted_bytes_per_rank'][r])}",
+             f"{real['bytes_sent_per_rank'][r]} / {real['predicted_bytes_sent_per_rank'][r]}"] for r in range(n)]
+    widths = [max(display_width(row[c]) for row in [header] + rows) for c in (0, 1)]  # display columns: CJK is 2
+    lines = [pad(a, widths[0]) + "  " + pad(b, widths[1]) + "  " + c for a, b, c in [header] + rows]
     sim = executor_names(walkthrough(stage, layers, n))
     got = [e.name for e in sorted(real["trace"], key=lambda e: e.start) if e.rank == rank and e.step == 0]
-    width = max(len(name) for name in sim + ["walkthrough"])
-    lines += ["", f"{'walkthrough':<{width}}  real rank {rank}"]
+    width = max(display_width(name) for name in sim + [_("walkthrough")])
+    lines += ["", pad(_("walkthrough"), width) + "  " + _("real rank {rank}").format(rank=rank)]
     for k in range(max(len(sim), len(got))):
         a, b = (sim[k] if k < len(sim) else "-"), (got[k] if k < len(got) else "-")
         lines.append(f"{a:<{width}}  {b}" + ("" if a == b else "   ≠"))
-    lines.append("same events in the same order" if sim == got else "the orders differ (≠)")
+    lines.append(_("same events in the same order") if sim == got else _("the orders differ (≠)"))
     return "\n".join(lines)
 

@@ -7,11 +7,14 @@
 - `zero_explorer`: pick a stage; its walkthrough plays, the simulated trace downloads for Perfetto, and a
   button runs that stage on real processes (`run(stage)`, handed in by the notebook: render never
   starts processes) and shows the measured bytes beside the model and the real events beside the walkthrough.
+
+Labels, hints and refusals go through `_()` (simlab.i18n); the knobs' values ("mixed", "7.5 B") stay as they are.
 """
 from __future__ import annotations
 
 import ipywidgets as w
 
+from ..i18n import _
 from ..sim.zero import holdings_text, to_trace, walkthrough
 from .controls import Panel, figure_image, readout_html, run_control, show_figure, table_html, trace_link
 from .controls import trace_link_html
@@ -37,26 +40,29 @@ def size_label(psi: float) -> str:
 def memory_calculator(params: float = 7.5e9, gpus: int = 64, precision: str = "mixed") -> Panel:
     """Knobs → bars for stages 0-3 (at natural size) and the same numbers as a table (GB per GPU)."""
     if params not in SIZES or gpus not in GPU_COUNTS:
-        raise ValueError(f"params={params:g}, gpus={gpus}: the calculator offers {size_label(SIZES[0])} … "
-                         f"{size_label(SIZES[-1])} parameters and {GPU_COUNTS[0]} … {GPU_COUNTS[-1]} GPUs (powers of 2)")
-    size = w.SelectionSlider(options=[(size_label(p), p) for p in SIZES], value=params, description="params",
+        raise ValueError(_("params={params}, gpus={gpus}: the calculator offers {smallest} … {largest} parameters "
+                           "and {fewest} … {most} GPUs (powers of 2)").format(
+            params=f"{params:g}", gpus=gpus, smallest=size_label(SIZES[0]), largest=size_label(SIZES[-1]),
+            fewest=GPU_COUNTS[0], most=GPU_COUNTS[-1]))
+    size = w.SelectionSlider(options=[(size_label(p), p) for p in SIZES], value=params, description=_("params"),
                              continuous_update=False)
-    n = w.SelectionSlider(options=[(str(g), g) for g in GPU_COUNTS], value=gpus, description="GPUs", continuous_update=False)
-    prec = w.Dropdown(options=["mixed", "fp32", "mixed-fp32-grads"], value=precision, description="precision")
-    off = w.Checkbox(value=False, description="offload (stages 2, 3)")
+    n = w.SelectionSlider(options=[(str(g), g) for g in GPU_COUNTS], value=gpus, description=_("GPUs"),
+                          continuous_update=False)
+    prec = w.Dropdown(options=["mixed", "fp32", "mixed-fp32-grads"], value=precision, description=_("precision"))
+    off = w.Checkbox(value=False, description=_("offload (stages 2, 3)"))
     image, table = figure_image(), w.HTML()
 
-    def show(_=None) -> None:
+    def show(change=None) -> None:
         rows = calculator_rows(size.value, n.value, prec.value, off.value)
         show_figure(image, draw_memory_bars(rows, title=calculator_title(size.value, n.value, prec.value)))
         cells = calculator_table(rows)
-        table.value = "<b>GB per GPU</b>" + table_html(cells, list(cells[0]))
+        table.value = "<b>" + _("GB per GPU") + "</b>" + table_html(cells, list(cells[0]))
 
     for knob in (size, n, prec, off):
         knob.observe(show, names="value")
     show()
     panel = Panel([w.HBox([size, n]), w.HBox([prec, off]), image, table],
-                  hint="▶ run this cell to get the memory calculator")
+                  hint=_("▶ run this cell to get the memory calculator"))
     panel.knobs = {"params": size, "gpus": n, "precision": prec, "offload": off}
     return panel
 
@@ -81,7 +87,7 @@ def walkthrough_player(steps, world_size: int, seconds: float = 12.0):
     """The walkthrough as a player: every step drawn once, stepped in the browser."""
     figures, captions = walkthrough_frames(steps, world_size)
     return frame_player(figures, captions=captions, seconds=seconds,
-                        hint="▶ run this cell to get the ZeRO walkthrough player")
+                        hint=_("▶ run this cell to get the ZeRO walkthrough player"))
 
 
 def show_real_run(real: dict, layers: int):
@@ -94,13 +100,13 @@ def zero_explorer(run, stage: int = 3, world_size: int = 3, layers: int = 3) -> 
     """A stage picker, its walkthrough, the simulated trace, and a button that runs it for real: `run(stage)`
     must return `parity.zero.run_zero(stage, world_size, steps=1, …)` on a model of `layers` Linears."""
     if stage not in (1, 2, 3):
-        raise ValueError(f"stage={stage!r}: the real run has stages 1, 2 and 3")
-    pick = w.ToggleButtons(options=[(f"ZeRO-{s}", s) for s in (1, 2, 3)], value=stage, description="stage")
+        raise ValueError(_("stage={stage}: the real run has stages 1, 2 and 3").format(stage=repr(stage)))
+    pick = w.ToggleButtons(options=[(f"ZeRO-{s}", s) for s in (1, 2, 3)], value=stage, description=_("stage"))
     steps = walkthrough(stage, layers, world_size)
     player = walkthrough_player(steps, world_size)
     sim_link = trace_link(to_trace(steps), f"zero{stage}_simulated.json")
     control = run_control(lambda: run(pick.value), lambda real: show_real_run(real, layers),
-                          label=f"run this stage on {world_size} real processes")
+                          label=_("run this stage on {n} real processes").format(n=world_size))
 
     def restage(change) -> None:
         new = walkthrough(change["new"], layers, world_size)
@@ -110,6 +116,6 @@ def zero_explorer(run, stage: int = 3, world_size: int = 3, layers: int = 3) -> 
 
     pick.observe(restage, names="value")
     panel = Panel([pick, player, sim_link, control],
-                  hint="▶ run this cell to get the walkthrough and its real run")
+                  hint=_("▶ run this cell to get the walkthrough and its real run"))
     panel.pick, panel.player, panel.sim_link, panel.control = pick, player, sim_link, control
     return panel
