@@ -62,3 +62,28 @@ def test_lesson_in_the_browser(lab, page, artifacts, lesson):
         page.screenshot(path=str(artifacts / lesson.replace(".ipynb", ".png")))
         nb.close()
     assert not nb.problems, f"{lesson} ({summary}):\n  " + "\n  ".join(nb.problems)
+
+
+def zh_lessons() -> list[str]:
+    from .lab import ROOT
+    return sorted(p.name for p in (ROOT / "notebooks" / "zh").glob("*.ipynb"))
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("lesson", zh_lessons())
+def test_chinese_lesson_in_the_browser(lab, page, artifacts, lesson):
+    """The Chinese lessons: Run All with no error, every widget drawn (Chinese hints and labels included), no
+    broken picture, an empty Log Console. Their controls are the English lessons' own code, exercised above."""
+    nb = Notebook(page, lab, f"notebooks/zh/{lesson}")
+    try:
+        nb.open()
+        nb.check_fresh()
+        ran_s = nb.run_all(RUN_ALL_TIMEOUT_S)
+        widgets = nb.check_rendering()
+        nb.problems.extend(nb.js("pictureProblems()"))
+        nb.check_log_console()
+        print(f"zh/{lesson}: Run All {ran_s:.0f} s, {len(widgets)} widgets")
+    finally:
+        page.screenshot(path=str(artifacts / ("zh_" + lesson.replace(".ipynb", ".png"))))
+        nb.close()
+    assert not nb.problems, f"zh/{lesson}:\n  " + "\n  ".join(dict.fromkeys(nb.problems))
