@@ -152,8 +152,8 @@ class RingLab:
         n, numel = self.ranks.value, self.size.value
         self.plan = ring_all_reduce(n, numel)
         self.sim = simulate(self.plan, power_inputs(n, numel))
-        self.player.set_frames([player_figure(k, self.sim.steps, self.plan) for k in range(len(self.sim.steps))],
-                               seconds=8.0)
+        steps, plan = self.sim.steps, self.plan  # frames are drawn when needed: frame 0 now, the rest in the background
+        self.player.set_frames([lambda k=k: player_figure(k, steps, plan) for k in range(len(steps))], seconds=8.0)
         self.sim_link.value = trace_link_html(self.sim.trace, f"ring_all_reduce_n{n}_simulated.json")
         self.control.readout.value, self.control.extra.children = "", ()
 
@@ -165,8 +165,8 @@ class RingLab:
         if result.get("inputs") != "powers-of-two":  # else no real value could equal a simulated one
             raise ValueError(_("run must use inputs='powers-of-two', as the simulation shown does"))
         verdicts = steps_match(self.sim.steps, result["steps"])
-        frames = [player_figure(k, self.sim.steps, self.plan, result["steps"], verdicts)
-                  for k in range(len(self.sim.steps))]
+        steps, plan, real = self.sim.steps, self.plan, result["steps"]
+        frames = [lambda k=k: player_figure(k, steps, plan, real, verdicts) for k in range(len(steps))]
         self.player.set_frames(frames, captions=[verdict_html(k, verdicts) for k in range(len(frames))],
                                seconds=8.0)
         link = trace_link(result["trace"], f"ring_all_reduce_n{self.plan.world_size}_real.json")
