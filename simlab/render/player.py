@@ -182,9 +182,10 @@ class FramePlayer(anywidget.AnyWidget):
 
 
 def _png(frame) -> bytes:
-    if isinstance(frame, bytes):
-        return frame
-    return render_png(frame() if callable(frame) else frame)[0]
+    """A frame's PNG: given as bytes, a Figure, or a function returning either."""
+    if callable(frame):
+        frame = frame()
+    return frame if isinstance(frame, bytes) else render_png(frame)[0]
 
 
 def _b64(png: bytes) -> str:

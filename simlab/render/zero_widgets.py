@@ -18,7 +18,7 @@ from ..i18n import _
 from ..sim.zero import holdings_text, to_trace, walkthrough
 from .controls import Panel, figure_image, readout_html, run_control, show_figure, table_html, trace_link
 from .controls import trace_link_html
-from .mpl import DISPLAY_DPI, PIXEL_SCALE, render_png
+from .picture import DISPLAY_DPI, PIXEL_SCALE, RENDER_LOCK, render_png
 from .player import frame_player
 from .zero import calculator_rows, calculator_table, calculator_title, draw_memory_bars, draw_real_vs_model
 from .zero import draw_zero_step, real_run_text
@@ -68,19 +68,27 @@ def memory_calculator(params: float = 7.5e9, gpus: int = 64, precision: str = "m
 
 
 def walkthrough_frames(steps, world_size: int):
-    """(PNGs, captions) of a walkthrough: one grid per step, its holdings table under it.
+    """(frames, captions) of a walkthrough: one grid per step, its holdings table under it. A frame is a
+    function that draws its PNG, so a player draws the first at once and the rest in the background.
 
     Every frame has the same layout, so the region the first one is cropped to serves them all: one draw
     per frame instead of two ("tight" measures first), and frames of exactly one size."""
-    import io
-    first, box = render_png(draw_zero_step(steps[0], world_size, describe=False), with_box=True)
-    pngs = [first]
-    for st in steps[1:]:
-        buf = io.BytesIO()
-        draw_zero_step(st, world_size, describe=False).savefig(buf, format="png", dpi=DISPLAY_DPI * PIXEL_SCALE,
-                                                               bbox_inches=box)
-        pngs.append(buf.getvalue())
-    return pngs, [readout_html(holdings_text(st)) for st in steps]
+    box = {}
+
+    def frame(k: int):
+        def draw() -> bytes:
+            import io
+            fig = draw_zero_step(steps[k], world_size, describe=False)
+            with RENDER_LOCK:  # the first frame's region, then one draw each (players draw in a thread)
+                if "region" not in box:
+                    png, box["region"] = render_png(fig, with_box=True)
+                    return png
+                buf = io.BytesIO()
+                fig.savefig(buf, format="png", dpi=DISPLAY_DPI * PIXEL_SCALE, bbox_inches=box["region"],
+                            pil_kwargs={"compress_level": 1})
+                return buf.getvalue()
+        return draw
+    return [frame(k) for k in range(len(steps))], [readout_html(holdings_text(st)) for st in steps]
 
 
 def walkthrough_player(steps, world_size: int, seconds: float = 12.0):
