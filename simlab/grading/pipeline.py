@@ -3,10 +3,14 @@ write 1F1B (`check_one_f_one_b`), repair a broken 1F1B list (`check_repaired_sch
 rank's peak activations under GPipe and 1F1B before running both for real (`check_peak_prediction`).
 
 As in every `simlab.grading` module: each check prints one stable line (✓ or ✗ naming the case), which nbval
-compares; a failing check raises AssertionError so the cell fails.
+compares; a failing check raises AssertionError so the cell fails. The words go through `_()`
+(simlab.i18n): after `set_language("zh")` the lines are Chinese, with the same numbers and the same ✓/✗.
+The validator's and the parser's own words (`simlab.sim.pipeline_check`, `simlab.plan`) are quoted as they
+come.
 """
 from __future__ import annotations
 
+from ..i18n import _
 from ..sim.pipeline import as_actions, bubble_fraction, makespan, peak_activations, simulate
 from ..sim.pipeline_check import validate
 from ..sim.schedules import one_f_one_b
@@ -21,10 +25,11 @@ def _first_difference(got, want) -> str:
     for r, (g, w) in enumerate(zip(got, want)):
         for i, (a, b) in enumerate(zip(g, w)):
             if a != b:
-                return f"rank {r} step {i} is {a}, Megatron's 1F1B runs {b} there"
+                return _("rank {rank} step {step} is {got}, Megatron's 1F1B runs {want} there").format(
+                    rank=r, step=i, got=a, want=b)
         if len(g) != len(w):
-            return f"rank {r} has {len(g)} actions, expected {len(w)}"
-    return f"{len(got)} ranks, expected {len(want)}"
+            return _("rank {rank} has {got} actions, expected {want}").format(rank=r, got=len(g), want=len(w))
+    return _("{got} ranks, expected {want}").format(got=len(got), want=len(want))
 
 
 def check_one_f_one_b(fn) -> None:
@@ -32,7 +37,7 @@ def check_one_f_one_b(fn) -> None:
     validator's words), then the simulated bubble equals (p−1)/(m+p−1), then peak memory min(p−r, m)
     per rank, and last Megatron's exact order (a valid schedule with 1F1B's bubble and memory that only
     orders things differently is told so last)."""
-    title = "1F1B schedule"
+    title = _("1F1B schedule")
     for p, m in ONE_F_ONE_B_CASES:
         case = f"stages={p}, microbatches={m}"
         try:
@@ -44,18 +49,19 @@ def check_one_f_one_b(fn) -> None:
             fail(title, case, problems[0])
         bubble, closed = bubble_fraction(simulate(got, t_f=1.0, t_b=2.0), p), (p - 1) / (m + p - 1)
         if abs(bubble - closed) > 1e-9:
-            fail(title, case, f"bubble {bubble:.4f}, closed form (p-1)/(m+p-1) = {closed:.4f}: "
-                               f"some rank waits longer than 1F1B's")
+            fail(title, case, _("bubble {bubble}, closed form (p-1)/(m+p-1) = {closed}: some rank waits longer "
+                                "than 1F1B's").format(bubble=f"{bubble:.4f}", closed=f"{closed:.4f}"))
         peaks = peak_activations(got)
         if peaks != [min(p - r, m) for r in range(p)]:
-            fail(title, case, f"peak activations {peaks}, expected min(p-r, m) = "
-                               f"{[min(p - r, m) for r in range(p)]} per rank: a backward comes later than it could")
+            fail(title, case, _("peak activations {peaks}, expected min(p-r, m) = {want} per rank: a backward "
+                                "comes later than it could").format(peaks=peaks,
+                                                                    want=[min(p - r, m) for r in range(p)]))
         want = one_f_one_b(p, m)
         if got != want:
-            fail(title, case, "valid, with 1F1B's bubble and memory, but not Megatron's order: "
-                               + _first_difference(got, want))
-    print(f"{title}: ✓ {len(ONE_F_ONE_B_CASES)} (p, m) cases: valid, Megatron's order, "
-          f"bubble (p-1)/(m+p-1), peak activations min(p-r, m)")
+            fail(title, case, _("valid, with 1F1B's bubble and memory, but not Megatron's order: {difference}")
+                 .format(difference=_first_difference(got, want)))
+    print(f"{title}: ✓ " + _("{cases} (p, m) cases: valid, Megatron's order, bubble (p-1)/(m+p-1), peak activations "
+                             "min(p-r, m)").format(cases=len(ONE_F_ONE_B_CASES)))
 
 
 # ---------------------------------------------------------------- repair a broken 1F1B list
@@ -73,31 +79,36 @@ def check_repaired_schedule(schedule) -> None:
     """Grade a repair of `BROKEN_ONE_F_ONE_B` (one action list per rank, Actions or "2F0" strings): the
     validator finds nothing wrong, the simulated makespan (t_F = 1, t_B = 2) is 1F1B's, and no rank holds
     more activations than 1F1B's — so GPipe, which is as fast here, is not taken for a repair."""
-    title, p, m = "repaired 1F1B schedule", REPAIR_STAGES, REPAIR_MICROBATCHES
+    title, p, m = _("repaired 1F1B schedule"), REPAIR_STAGES, REPAIR_MICROBATCHES
     case = f"stages={p}, microbatches={m}"
     try:
         got = as_actions(schedule)
     except (TypeError, ValueError) as err:
         fail(title, case, str(err))
     if got == as_actions(BROKEN_ONE_F_ONE_B):  # the exercise's stub: nothing mended yet, like an unwritten answer
-        raise NotImplementedError("exercise: mend the lists in the cell above")
+        raise NotImplementedError(_("exercise: mend the lists in the cell above"))
     if len(got) != p:
-        fail(title, case, f"{len(got)} action lists, the pipeline has {p} ranks: one list per rank")
+        fail(title, case, _("{got} action lists, the pipeline has {p} ranks: one list per rank").format(
+            got=len(got), p=p))
     problems = validate(got, stages=p, microbatches=m)
     if problems:
-        more = f" (and {len(problems) - 1} more: print validate(...) to see all)" if len(problems) > 1 else ""
+        more = _(" (and {more} more: print validate(...) to see all)").format(more=len(problems) - 1) \
+            if len(problems) > 1 else ""
         fail(title, case, problems[0] + more)
     want = one_f_one_b(p, m)
     span, best = makespan(simulate(got)), makespan(simulate(want))
     if span > best + 1e-9:
-        fail(title, case, f"valid, but the simulated makespan is {span:g} time units, 1F1B's is {best:g}: "
-                          f"some rank idles where it could have started its next forward or backward")
+        fail(title, case, _("valid, but the simulated makespan is {span} time units, 1F1B's is {best}: some rank "
+                            "idles where it could have started its next forward or backward").format(
+            span=f"{span:g}", best=f"{best:g}"))
     peaks, bound = peak_activations(got), peak_activations(want)
     over = next((r for r in range(p) if peaks[r] > bound[r]), None)
     if over is not None:
-        fail(title, case, f"valid and as fast as 1F1B, but rank {over} holds {peaks[over]} micro-batches' "
-                          f"activations at once, 1F1B only {bound[over]}: a backward runs later than it could")
-    print(f"{title}: ✓ valid, makespan {span:g} = 1F1B's, peak activations {peaks} per rank")
+        fail(title, case, _("valid and as fast as 1F1B, but rank {rank} holds {held} micro-batches' activations at "
+                            "once, 1F1B only {bound}: a backward runs later than it could").format(
+            rank=over, held=peaks[over], bound=bound[over]))
+    print(f"{title}: ✓ " + _("valid, makespan {span} = 1F1B's, peak activations {peaks} per rank").format(
+        span=f"{span:g}", peaks=peaks))
 
 
 # ---------------------------------------------------------------- predict, then run: peak activations
@@ -110,9 +121,10 @@ PREDICT_GLOBAL_BATCH = 12  # 2 samples per micro-batch (run_pipeline needs the b
 def _why_peak(name: str, p: int, m: int) -> str:
     """What the real run held, and why, in the words of the lesson."""
     if name == "gpipe":
-        return f"GPipe runs all m = {m} forwards on every rank before its first backward frees anything"
-    return (f"1F1B's rank r runs p - r - 1 warm-up forwards and one more forward before its first backward, "
-            f"then frees one micro-batch per backward: min(p - r, m) = {[min(p - r, m) for r in range(p)]}")
+        return _("GPipe runs all m = {m} forwards on every rank before its first backward frees anything").format(m=m)
+    return _("1F1B's rank r runs p - r - 1 warm-up forwards and one more forward before its first backward, then "
+             "frees one micro-batch per backward: min(p - r, m) = {peaks}").format(
+        peaks=[min(p - r, m) for r in range(p)])
 
 
 def _one_line(value) -> str:
@@ -134,50 +146,54 @@ def check_peak_prediction(predicted, run) -> None:
     stub raises NotImplementedError before anything starts); then `run` (`run_pipeline`) runs both
     schedules on p real processes, and their "measured_peak_activations" — what each rank's executor
     really kept alive at once, counted in its own stash, not read off the list — is the answer."""
-    title = "peak activations per rank, predicted vs the real run"
+    title = _("peak activations per rank, predicted vs the real run")
     p, m = PREDICT_STAGES, PREDICT_MICROBATCHES
     if not isinstance(predicted, dict) or set(predicted) != {"gpipe", "1f1b"}:
-        fail(title, "predicted", f"must be a dict with the keys 'gpipe' and '1f1b', got {_one_line(predicted)}")
+        fail(title, "predicted", _("must be a dict with the keys 'gpipe' and '1f1b', got {got}").format(
+            got=_one_line(predicted)))
     if all(v is None for v in predicted.values()):  # the exercise's stub: no process is started for it
-        raise NotImplementedError("exercise: write your prediction in the cell above")
+        raise NotImplementedError(_("exercise: write your prediction in the cell above"))
     guesses = {name: _per_rank(predicted[name], p) for name in ("gpipe", "1f1b")}
     for name, guess in guesses.items():
         if guess is None:
-            fail(title, name, f"predict one whole number per rank, {p} in all (rank 0 first), "
-                              f"got {_one_line(predicted[name])}")
+            fail(title, name, _("predict one whole number per rank, {p} in all (rank 0 first), got {got}").format(
+                p=p, got=_one_line(predicted[name])))
     if not callable(run):
-        fail(title, "run", f"needs the function that runs a schedule for real (run_pipeline), got {_one_line(run)}")
+        fail(title, "run", _("needs the function that runs a schedule for real (run_pipeline), got {got}").format(
+            got=_one_line(run)))
     runs = {name: run(name, world_size=p, microbatches=m, global_batch=PREDICT_GLOBAL_BATCH, compare_torch=False)
             for name in ("gpipe", "1f1b")}
     for name, res in runs.items():
         if not isinstance(res, dict) or "measured_peak_activations" not in res:
-            fail(title, name, "the run returned no measured_peak_activations: it must be run_pipeline, a real run")
+            fail(title, name, _("the run returned no measured_peak_activations: it must be run_pipeline, a real run"))
         if (res.get("schedule_name"), res.get("world_size"), res.get("microbatches")) != (name, p, m):
-            fail(title, name, f"the run must be {name} on world_size={p} with microbatches={m}")
+            fail(title, name, _("the run must be {name} on world_size={p} with microbatches={m}").format(
+                name=name, p=p, m=m))
     for name, guess in guesses.items():
         real = list(runs[name]["measured_peak_activations"])
         if guess != real:
             r = next((r for r in range(p) if guess[r] != real[r]), 0)
-            fail(title, name, f"you predicted {guess}, the real run held {real} (rank {r}: {real[r]}, not "
-                              f"{guess[r]}): {_why_peak(name, p, m)}" + _hint(name, guess, real))
+            fail(title, name, _("you predicted {guess}, the real run held {real} (rank {rank}: {held}, not {said}): "
+                                "{why}").format(guess=guess, real=real, rank=r, held=real[r], said=guess[r],
+                                                why=_why_peak(name, p, m)) + _hint(name, guess, real))
     g, o = (runs[n]["measured_peak_activations"] for n in ("gpipe", "1f1b"))
-    print(f"{title}: ✓ GPipe {g}, 1F1B {o} micro-batches' activations, as measured: GPipe keeps all m on every "
-          f"rank, 1F1B min(p - r, m)")
+    print(f"{title}: ✓ " + _("GPipe {gpipe}, 1F1B {one_f_one_b} micro-batches' activations, as measured: GPipe keeps "
+                             "all m on every rank, 1F1B min(p - r, m)").format(gpipe=g, one_f_one_b=o))
 
 
 def _hint(name: str, guess: list[int], real: list[int]) -> str:
     """The usual wrong answers, named."""
     p, m = PREDICT_STAGES, PREDICT_MICROBATCHES
     if name == "1f1b" and guess == [1] * p:
-        return " (1F1B does not mean one micro-batch in flight: the warm-up fills the pipeline first)"
+        return _(" (1F1B does not mean one micro-batch in flight: the warm-up fills the pipeline first)")
     if name == "1f1b" and guess == [min(p - r - 1, m) for r in range(p)]:
-        return " (the warm-up's p - r - 1, plus the steady state's forward that runs before the first backward)"
+        return _(" (the warm-up's p - r - 1, plus the steady state's forward that runs before the first backward)")
     if name == "1f1b" and guess == [m] * p:
-        return " (that is GPipe's: 1F1B frees one micro-batch with each backward as it goes)"
+        return _(" (that is GPipe's: 1F1B frees one micro-batch with each backward as it goes)")
     if name == "1f1b" and guess == real[::-1]:
-        return " (rank 0 is the first stage: its first gradient comes back last, so it holds the most)"
+        return _(" (rank 0 is the first stage: its first gradient comes back last, so it holds the most)")
     if name == "1f1b" and guess == [min(p, m)] * p:
-        return " (a later rank gets its first gradient back sooner: rank r warms up only p - r - 1)"
+        return _(" (a later rank gets its first gradient back sooner: rank r warms up only p - r - 1)")
     if name == "gpipe" and max(guess) <= p:
-        return " (p - r is 1F1B's bound; GPipe's grows with m)"
+        return _(" (p - r is 1F1B's bound; GPipe's grows with m)")
     return ""

@@ -14,6 +14,10 @@ the bubble.
 - `gantt_text(trace, ranks)`: the same chart as fixed-width text, for nbval to compare.
 - `draw_sim_vs_real(sim, real, ranks)`: the simulation above the real run, on one time axis.
 
+Words go through `_()` (simlab.i18n): after `set_language("zh")` the legends, axis labels and the text
+chart's key line are Chinese; the chart's own cells (`F0`, `B3`, `.`, `rank 0`) stay as they are, since
+they are the notation the lesson teaches.
+
     >>> from simlab.trace import Event, Trace
     >>> t = Trace([Event(0, "compute", 0, name="0F0", start=0, end=1), Event(1, "compute", 0, name="1F0",
     ...            start=1, end=2), Event(1, "compute", 1, name="1B0", start=2, end=4),
@@ -30,11 +34,16 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..i18n import N_, _
 from ..plan import Action
 from .mpl import MIN_FONT, _time_unit
 
 OP_COLOR = {"F": "#4c72b0", "B": "#55a868", "I": "#8ccf8f", "W": "#c9a227"}
-OP_NAME = {"F": "forward", "B": "backward", "I": "backward-input", "W": "backward-weight"}
+# shown through _(): the legends say them in the language in force
+OP_NAME = {"F": N_("forward"), "B": N_("backward"), "I": N_("backward-input"), "W": N_("backward-weight")}
+# the text chart's key: each op with the separator after it, as one message (Chinese writes '，')
+OP_KEY = {"F": N_("F forward, "), "B": N_("B backward, "), "I": N_("I backward-input, "),
+          "W": N_("W backward-weight, ")}
 ROW = 0.8  # box height; rows are 1 apart
 
 
@@ -110,7 +119,7 @@ def _label_collection(ax, labels):
     draw and a picture is laid out, measured and painted — so the explorer had to drop its labels."""
     from matplotlib.collections import PathCollection
     from matplotlib.transforms import IdentityTransform
-    glyphs = PathCollection([_glyphs(text) for _, _, text, _ in labels], sizes=[1.0] * len(labels),
+    glyphs = PathCollection([_glyphs(text) for _x, _y, text, _c in labels], sizes=[1.0] * len(labels),
                             offsets=[(x, y) for x, y, _, _ in labels], offset_transform=ax.transData,
                             facecolors=[color for *_, color in labels], edgecolors="none", gid="labels")
     glyphs.set_transform(IdentityTransform())  # sizes=1: one outline unit is one point, at any dpi
@@ -132,7 +141,7 @@ def draw_gantt(trace, ranks: int, ax=None, title: str | None = None, until: floa
     from matplotlib.patches import Patch
     acts = _actions(trace)
     ax = ax if ax is not None else _gantt_axes(ranks)
-    t0 = min((e.start for e, _ in acts), default=0.0)
+    t0 = min((e.start for e, _a in acts), default=0.0)
     span = span or (max((e.end for e, _ in acts), default=1.0) - t0) or 1.0
     scale, unit = _time_unit(span)
     inches = ax.figure.get_figwidth() * ax.get_position().width * 0.9  # the axes' width, before layout
@@ -161,11 +170,11 @@ def draw_gantt(trace, ranks: int, ax=None, title: str | None = None, until: floa
     ax.set_ylim(ranks - 0.5, -0.5)
     ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)], fontsize=MIN_FONT)
     ax.tick_params(axis="x", labelsize=MIN_FONT)
-    ax.set_xlabel(f"time ({unit})" if unit != "s" or span > 100 else "time", fontsize=MIN_FONT)
-    used = list(dict.fromkeys(a.op for _, a in acts))
-    handles = [Patch(color=OP_COLOR[op], label=OP_NAME[op]) for op in used]
-    if any(a.stage >= ranks for _, a in acts):  # interleaved: say what the lighter shades are
-        handles.append(Patch(color=_shade(OP_COLOR["F"], 1), label="lighter: later chunk"))
+    ax.set_xlabel(_("time ({unit})").format(unit=unit) if unit != "s" or span > 100 else _("time"), fontsize=MIN_FONT)
+    used = list(dict.fromkeys(a.op for _e, a in acts))
+    handles = [Patch(color=OP_COLOR[op], label=_(OP_NAME[op])) for op in used]
+    if any(a.stage >= ranks for _e, a in acts):  # interleaved: say what the lighter shades are
+        handles.append(Patch(color=_shade(OP_COLOR["F"], 1), label=_("lighter: later chunk")))
     ax.legend(handles=handles, fontsize=MIN_FONT,
               loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)  # outside: never over a box
     ax.spines[["top", "right"]].set_visible(False)
@@ -183,7 +192,7 @@ def _columns(acts, tick: float, t0: float, ranks: int) -> list[list[tuple]]:
     """Per rank, (first, last, action) column spans: start rounded down, end up, at least one column
     each, and never over the previous action's columns (a zero-length W still shows)."""
     eps = 1e-9  # times like 3.0000000001 / 1.0 must not spill into a column of their own
-    spans = [[] for _ in range(ranks)]
+    spans = [[] for _r in range(ranks)]
     for e, a in sorted(acts, key=lambda ea: (ea[0].rank, ea[0].start, ea[0].end, ea[0].step)):
         row = spans[e.rank]
         first = max(math.floor((e.start - t0) / tick + eps), row[-1][1] if row else 0)
@@ -207,30 +216,33 @@ def gantt_text(trace, ranks: int, tick: float | None = None, max_columns: int = 
     """
     acts = _actions(trace)
     tick = tick or _tick(acts)
-    t0 = min((e.start for e, _ in acts), default=0.0)
-    looped = len({a.stage for _, a in acts}) > ranks  # several stages per rank: name the stage too
+    t0 = min((e.start for e, _a in acts), default=0.0)
+    looped = len({a.stage for _e, a in acts}) > ranks  # several stages per rank: name the stage too
     label = (lambda a: str(a)) if looped else (lambda a: f"{a.op}{a.mb}")  # noqa: E731
-    width = max((len(label(a)) for _, a in acts), default=2) + 1
+    width = max((len(label(a)) for _e, a in acts), default=2) + 1
     spans = _columns(acts, tick, t0, ranks)
     total = max((row[-1][1] for row in spans if row), default=0)
     columns = min(max_columns, total)
-    grid = [[".".ljust(width)] * columns for _ in range(ranks)]
+    grid = [[".".ljust(width)] * columns for _r in range(ranks)]
     for r, row in enumerate(spans):
         for first, last, a in row:
             for c in range(first, min(last, columns)):
                 grid[r][c] = (label(a) if c == first else "=" * (width - 1)).ljust(width)
-    ops = sorted({a.op for _, a in acts}, key="FBIW".index)
-    legend = ", ".join(f"{op} {OP_NAME[op]}" for op in ops)
+    ops = sorted({a.op for _e, a in acts}, key="FBIW".index)
+    legend = "".join(_(OP_KEY[op]) for op in ops)  # "F forward, B backward, "
     lines = [f"rank {r} |{''.join(row)}|" for r, row in enumerate(grid)]
     if total > columns:
-        lines.append(f"… truncated at {columns} of {total} columns")
-    unit = f"{tick:g} time unit" + ("s" if tick != 1 else "")
-    what = "labels = stage, op, micro-batch" if looped else "digits = micro-batch"
-    return "\n".join(lines + [f"one column = {unit}; {legend}, {what}, '.' idle (the bubble)"])
+        lines.append(_("… truncated at {columns} of {total} columns").format(columns=columns, total=total))
+    unit = (_("{tick} time unit") if tick == 1 else _("{tick} time units")).format(tick=f"{tick:g}")
+    what = _("labels = stage, op, micro-batch") if looped else _("digits = micro-batch")
+    return "\n".join(lines + [_("one column = {unit}; {legend}{what}, '.' idle (the bubble)").format(
+        unit=unit, legend=legend, what=what)])
 
 
-def draw_sim_vs_real(sim_trace, real_trace, ranks: int, titles=("simulated", "real")):
-    """The simulated schedule above the real run, on the same time axis (both in seconds)."""
+def draw_sim_vs_real(sim_trace, real_trace, ranks: int, titles=None):
+    """The simulated schedule above the real run, on the same time axis (both in seconds). `titles`
+    default to "simulated" and "real" in the language in force when called."""
+    titles = titles or (_("simulated"), _("real"))
     from matplotlib.figure import Figure
     fig = Figure(figsize=(10, 1.2 + 0.9 * ranks), layout="constrained")
     top, bottom = fig.subplots(2, 1, sharex=True)

@@ -8,13 +8,15 @@ playing the timeline then happens in the browser (`player.reveal_player`: the pi
 per tick), so Play takes about ten seconds whatever the schedule's size. The real run is not started
 here: the notebook hands the explorer a function that runs it (`simlab.parity.pipeline.run_pipeline`),
 as renderers start no processes. `explorer_frame`, `real_run` and `real_view` are the pure parts, so
-tests need no browser.
+tests need no browser. Every word shown goes through `_()` (simlab.i18n), looked up when the explorer is
+built, so it speaks the language in force then; the numbers are the same in every language.
 """
 from __future__ import annotations
 
 import bisect
 
 from .._checks import check_choice, check_int
+from ..i18n import N_, _
 from ..sim.pipeline import explore, peak_activations
 from ..sim.schedules import SCHEDULES, make_schedule, nearest_valid
 from .controls import Panel, run_control, table_html, trace_link, trace_link_html
@@ -25,28 +27,32 @@ NAMES = tuple(SCHEDULES)  # naive, gpipe, 1f1b, interleaved, zero-bubble
 RATIOS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0)  # t_B / t_F: the slider's exact values (2: the lesson's)
 LIMITS = {"stages": (1, 8), "microbatches": (1, 32), "chunks": (1, 4)}  # the sliders' ranges
 MAX_FRAMES = 200  # the timeline player's ticks: Play shows them all in about ten seconds
-PEAK_UNITS = "peak activations: micro-batch × stage units (interleaved: chunk units, 1/v of a stage each)"
+PEAK_UNITS = N_("peak activations: micro-batch × stage units (interleaved: chunk units, 1/v of a stage each)")
 
 
 def readout_rows(readout: dict) -> list[dict]:
     """One table row of the simulation's numbers, both bubble conventions side by side."""
-    return [{"schedule": readout["schedule"], "p": readout["stages"], "m": readout["microbatches"],
-             "v": readout["chunks"], "makespan": readout["makespan"],
-             "bubble (idle / total)": readout["bubble_fraction"], "ratio (idle / ideal)": readout["bubble_ratio"],
-             "peak activations per rank": str(readout["peak_activations"])}]
+    return [{_("schedule"): readout["schedule"], "p": readout["stages"], "m": readout["microbatches"],
+             "v": readout["chunks"], _("makespan"): readout["makespan"],
+             _("bubble (idle / total)"): readout["bubble_fraction"],
+             _("ratio (idle / ideal)"): readout["bubble_ratio"],
+             _("peak activations per rank"): str(readout["peak_activations"])}]
 
 
 def readout_text(readout: dict) -> str:
     """The same numbers in one line of text (what a test or a printout reads)."""
-    return (f"{readout['schedule']}: p={readout['stages']} m={readout['microbatches']} v={readout['chunks']}   "
-            f"makespan {readout['makespan']:.2f}   bubble {100 * readout['bubble_fraction']:.1f} % "
-            f"(ratio {readout['bubble_ratio']:.3f})   peak activations per rank {readout['peak_activations']}")
+    return _("{schedule}: p={p} m={m} v={v}   makespan {makespan}   bubble {bubble} % (ratio {ratio})   "
+             "peak activations per rank {peaks}").format(
+        schedule=readout["schedule"], p=readout["stages"], m=readout["microbatches"], v=readout["chunks"],
+        makespan=f"{readout['makespan']:.2f}", bubble=f"{100 * readout['bubble_fraction']:.1f}",
+        ratio=f"{readout['bubble_ratio']:.3f}", peaks=readout["peak_activations"])
 
 
 def chart_title(readout: dict, ratio: float) -> str:
     chunks = f", v={readout['chunks']}" if readout["schedule"] == "interleaved" else ""
-    return (f"{readout['schedule']}: p={readout['stages']}, m={readout['microbatches']}{chunks}, "
-            f"t_B / t_F = {ratio:g} (simulated)")
+    return _("{schedule}: p={p}, m={m}{chunks}, t_B / t_F = {ratio} (simulated)").format(
+        schedule=readout["schedule"], p=readout["stages"], m=readout["microbatches"], chunks=chunks,
+        ratio=f"{ratio:g}")
 
 
 def explorer_frame(name: str, stages: int, microbatches: int, chunks: int = 1, ratio: float = 2.0,
@@ -57,7 +63,7 @@ def explorer_frame(name: str, stages: int, microbatches: int, chunks: int = 1, r
 
 def frame_of(run, ratio: float = 2.0, until: float | None = None):
     """(figure, readout text) of an `explore` result."""
-    _, trace, readout = run
+    _plan, trace, readout = run
     fig = draw_gantt(trace, readout["stages"], until=until, title=chart_title(readout, ratio))
     return fig, readout_text(readout)
 
@@ -72,8 +78,9 @@ def timeline_ticks(trace, max_frames: int = MAX_FRAMES) -> tuple[list[float], li
         step = (len(moments) - 1) / (max_frames - 1)
         moments = [moments[round(k * step)] for k in range(max_frames)]
     total, span = len(ends), (moments[-1] - t0) or 1.0
-    captions = [f"time {x - t0:.3g} of {span:.3g}: {bisect.bisect_right(ends, x + 1e-12 * span)} of {total} "
-                f"actions done" for x in moments]
+    caption = _("time {t} of {span}: {done} of {total} actions done")
+    captions = [caption.format(t=f"{x - t0:.3g}", span=f"{span:.3g}", total=total,
+                               done=bisect.bisect_right(ends, x + 1e-12 * span)) for x in moments]
     return [x - t0 for x in moments], captions
 
 
@@ -85,7 +92,7 @@ def real_run(run, name: str, stages: int, microbatches: int, chunks: int = 1, hi
 
 
 def _processes(n: int) -> str:
-    return f"{n} process" + ("" if n == 1 else "es")
+    return _("{n} process{es}").format(n=n, es="" if n == 1 else "es")
 
 
 def real_view(res: dict):
@@ -95,14 +102,19 @@ def real_view(res: dict):
     name, p, m, v = res["schedule_name"], res["world_size"], res["microbatches"], res["chunks"]
     ok = "✓" if res["max_abs_diff_vs_reference"] < 1e-5 else "✗"
     planned = peak_activations(make_schedule(name, p, m, v))
-    text = (f"{name} on {_processes(p)}, m={m}: loss and grads = one process {ok} "
-            f"(max |diff| {res['max_abs_diff_vs_reference']:.1e})\n"
-            f"bubble measured {res['measured_bubble_fraction']:.3f} (ratio {res['measured_bubble_ratio']:.2f}), "
-            f"simulated with the measured times {res['simulated_bubble_fraction']:.3f} "
-            f"(ratio {res['simulated_bubble_ratio']:.2f})\n"
-            f"activations held per rank: measured {res['measured_peak_activations']}, simulated {planned}")
+    text = "\n".join([
+        _("{name} on {processes}, m={m}: loss and grads = one process {ok} (max |diff| {diff})").format(
+            name=name, processes=_processes(p), m=m, ok=ok, diff=f"{res['max_abs_diff_vs_reference']:.1e}"),
+        _("bubble measured {measured} (ratio {measured_ratio}), simulated with the measured times {simulated} "
+          "(ratio {simulated_ratio})").format(
+            measured=f"{res['measured_bubble_fraction']:.3f}", measured_ratio=f"{res['measured_bubble_ratio']:.2f}",
+            simulated=f"{res['simulated_bubble_fraction']:.3f}",
+            simulated_ratio=f"{res['simulated_bubble_ratio']:.2f}"),
+        _("activations held per rank: measured {measured}, simulated {simulated}").format(
+            measured=res["measured_peak_activations"], simulated=planned)])
     fig = draw_sim_vs_real(res["simulated_trace"], res["trace"], p,
-                           titles=("simulated, fed the measured per-action times", f"real, {_processes(p)}"))
+                           titles=(_("simulated, fed the measured per-action times"),
+                                   _("real, {processes}").format(processes=_processes(p))))
     return fig, text, [trace_link(res["trace"], f"pipeline_real_{name}_p{p}_m{m}.json")]
 
 
@@ -112,7 +124,8 @@ def _check_knobs(name, stages, microbatches, chunks, ratio) -> None:
     for key, value in (("stages", stages), ("microbatches", microbatches), ("chunks", chunks)):
         check_int(key, value, *LIMITS[key])
     if ratio not in RATIOS:
-        raise ValueError(f"ratio={ratio!r}: must be one of {', '.join(f'{r:g}' for r in RATIOS)}")
+        raise ValueError(_("{name}={value}: must be one of {options}").format(  # lesson 1's words (collectives.po)
+            name="ratio", value=repr(ratio), options=", ".join(f"{r:g}" for r in RATIOS)))
 
 
 def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8, chunks: int = 2,
@@ -122,14 +135,16 @@ def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8
     import ipywidgets as w
     _check_knobs(name, stages, microbatches, chunks, ratio)
     slider = dict(continuous_update=False, style={"description_width": "initial"})
-    knobs = {"name": w.Dropdown(options=NAMES, value=name, description="schedule"),
+    knobs = {"name": w.Dropdown(options=NAMES, value=name, description=_("schedule")),
              "ratio": w.SelectionSlider(options=[(f"{r:g}", r) for r in RATIOS], value=ratio,
                                         description="t_B / t_F", **slider),
-             "stages": w.IntSlider(stages, *LIMITS["stages"], description="stages p", **slider),
-             "microbatches": w.IntSlider(microbatches, *LIMITS["microbatches"], description="micro-batches m",
+             "stages": w.IntSlider(stages, *LIMITS["stages"], description=_("stages p"), **slider),
+             "microbatches": w.IntSlider(microbatches, *LIMITS["microbatches"], description=_("micro-batches m"),
                                          **slider),
-             "chunks": w.IntSlider(chunks, *LIMITS["chunks"], description="chunks v (interleaved)", **slider)}
+             "chunks": w.IntSlider(chunks, *LIMITS["chunks"], description=_("chunks v (interleaved)"),
+                                   **slider)}
     readout, sim_link = w.HTML(), w.HTML()
+    peak_units = _(PEAK_UNITS)
     player = None
 
     def rebuild(_change=None) -> None:  # one simulation and one picture per knob change
@@ -137,15 +152,15 @@ def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8
         k = {key: knob.value for key, knob in knobs.items()}
         knobs["chunks"].disabled = k["name"] != "interleaved"  # only interleaving splits a rank into chunks
         sim = explore(k["name"], k["stages"], k["microbatches"], k["chunks"], k["ratio"])
-        fig, _ = frame_of(sim, k["ratio"])  # the picture `explorer_frame` draws, timed in the tests
+        fig, _text = frame_of(sim, k["ratio"])  # the picture `explorer_frame` draws, timed in the tests
         times, captions = timeline_ticks(sim[1])
         if player is None:
             player = reveal_player(fig, fig.axes[0], times, captions=captions, label="t ",
-                                   hint="▶ run this cell to get the timeline player")
+                                   hint=_("▶ run this cell to get the timeline player"))
         else:
             player.set_reveal(fig, fig.axes[0], times, captions)
         r = sim[2]
-        readout.value = table_html(readout_rows(r), list(readout_rows(r)[0])) + f"<small>{PEAK_UNITS}</small>"
+        readout.value = table_html(readout_rows(r), list(readout_rows(r)[0])) + f"<small>{peak_units}</small>"
         sim_link.value = trace_link_html(sim[1], f"pipeline_simulated_{r['schedule']}_p{r['stages']}_m"
                                                  f"{r['microbatches']}.json")
 
@@ -159,10 +174,10 @@ def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8
         def run_shown():
             return real_run(run, *(knobs[key].value for key in ("name", "stages", "microbatches", "chunks")))
 
-        control = run_control(run_shown, real_view, label="run for real",
-                              hint="▶ run this cell to get the real-run button")
+        control = run_control(run_shown, real_view, label=_("run for real"),
+                              hint=_("▶ run this cell to get the real-run button"))
         children.append(control)
-    panel = Panel(children, hint="▶ run this cell to get the schedule explorer")
+    panel = Panel(children, hint=_("▶ run this cell to get the schedule explorer"))
     # for tests and curious learners: the knobs, what they show, and the real run's control
     panel.knobs, panel.player, panel.readout, panel.sim_link, panel.run_control = (knobs, player, readout,
                                                                                    sim_link, control)
