@@ -18,7 +18,7 @@ from ..i18n import _
 from ..sim.zero import holdings_text, to_trace, walkthrough
 from .controls import Panel, figure_image, readout_html, run_control, show_figure, table_html, trace_link
 from .controls import trace_link_html
-from .picture import DISPLAY_DPI, PIXEL_SCALE, RENDER_LOCK, render_png
+from .picture import RENDER_LOCK, render_png
 from .player import frame_player
 from .zero import calculator_rows, calculator_table, calculator_title, draw_memory_bars, draw_real_vs_model
 from .zero import draw_zero_step, real_run_text
@@ -77,16 +77,10 @@ def walkthrough_frames(steps, world_size: int):
 
     def frame(k: int):
         def draw() -> bytes:
-            import io
             fig = draw_zero_step(steps[k], world_size, describe=False)
-            with RENDER_LOCK:  # the first frame's region, then one draw each (players draw in a thread)
-                if "region" not in box:
-                    png, box["region"] = render_png(fig, with_box=True)
-                    return png
-                buf = io.BytesIO()
-                fig.savefig(buf, format="png", dpi=DISPLAY_DPI * PIXEL_SCALE, bbox_inches=box["region"],
-                            pil_kwargs={"compress_level": 1})
-                return buf.getvalue()
+            with RENDER_LOCK:  # the first frame measures the region, then one draw each (players use a thread)
+                png, box["region"] = render_png(fig, with_box=True, region=box.get("region"))
+            return png
         return draw
     return [frame(k) for k in range(len(steps))], [readout_html(holdings_text(st)) for st in steps]
 
