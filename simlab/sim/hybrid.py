@@ -3,30 +3,40 @@ stages, DP (with ZeRO) across replicas — and the one-line checks that a plan c
 
 Teaches the knobs lesson 6 turns: tp·pp·dp = GPUs (all of them); a micro-batch of b sequences, m = B/(dp·b)
 micro-batches per step; the schedule (GPipe, 1F1B, interleaved with v chunks per rank); ZeRO 0-3 over the
-DP group, Offload; sequence parallelism; activation recomputation none / selective / full; precision.
-Layers need not divide evenly over stages (BLOOM ran 70 layers on 12): the most loaded stage has
-ceil(L/p) layers, and the first and last stages also hold the embedding and the output layer.
+DP group or, with `shard` < dp, over sub-groups of it with the states replicated across them (HSDP, "ZeRO
+with replicas"); Offload; sequence parallelism; activation recomputation none / selective / full; the
+precision (fp32, 16-bit mixed, FP8 matmuls); the attention kernel (eager, which stores the s² scores, or
+flash, which never does); and what the framework overlaps with compute (`overlap`).
+Layers need not divide evenly over stages: by default the most loaded stage has ceil(L/p) layers (BLOOM ran
+70 on 12); `stage_layers` lists them stage by stage (Llama 3 405B: 7, fourteen 8s, 7 — one layer fewer on
+the stages that also hold the embedding and the output layer).
 `simlab.sim.hybrid_memory` and `simlab.sim.hybrid_time` evaluate a plan; `simlab.sim.advisor` searches them.
 
     >>> p = Plan(tp=8, pp=8, dp=1, microbatch=1, schedule="interleaved", chunks=3)
     >>> check_plan(PRESETS["gpt3-175b"], p, gpus=64, global_batch=64)
-    >>> layers_per_stage(PRESETS["bloom-176b"], 12)
-    6
+    >>> stage_split(PRESETS["bloom-176b"], Plan(pp=12))
+    (6, 6, 6)
+    >>> stage_split(PRESETS["gpt3-175b"], Plan(pp=4, stage_layers=(23, 25, 25, 23)))
+    (23, 25, 23)
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
 from .._checks import check_bool, check_choice, check_divisible, check_int
-from .memory import PRECISIONS as STATE_BYTES
+from .memory import PRECISIONS as LESSON_3_BYTES, Precision
 from .model import PRESETS, Transformer  # noqa: F401  (PRESETS: the doctest's models)
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")
-# bytes per parameter of weights, gradients and optimizer state: lesson 3's (`simlab.sim.memory`); and per
-# activation element (Korthikanti's formulas count 16-bit activations)
-PRECISIONS = tuple(STATE_BYTES)  # fp32, mixed, mixed-fp32-grads
-ACTIVATION_BYTES = {"fp32": 4, "mixed": 2, "mixed-fp32-grads": 2}
+ATTENTION = ("eager", "flash")  # eager: Korthikanti's stored scores; flash: FlashAttention, no s² tensors
+OVERLAPS = ("dp", "params", "tp")  # what a framework may hide behind compute (`Plan.overlap`)
+# bytes per parameter of weights, gradients and optimizer state: lesson 3's (`simlab.sim.memory`, with FP8's
+# recipe); and per activation element (Korthikanti's formulas count 16-bit activations; FP8 keeps them 16-bit
+# too, an upper bound: Transformer Engine may save a GEMM's input in 8 bits)
+STATE_BYTES = {**LESSON_3_BYTES, "fp8": Precision(2, 4, 12)}  # FP8_RECIPE below
+PRECISIONS = tuple(STATE_BYTES)  # fp32, mixed, mixed-fp32-grads, fp8
+ACTIVATION_BYTES = {"fp32": 4, "mixed": 2, "mixed-fp32-grads": 2, "fp8": 2}
 
 
 @dataclass(frozen=True)
@@ -37,19 +47,38 @@ class Plan:
     microbatch: int = 1  # b: sequences per micro-batch
     schedule: str = "1f1b"
     chunks: int = 1  # v: model chunks per rank (interleaved only)
-    zero: int = 0  # ZeRO stage over the DP group
+    zero: int = 0  # ZeRO stage over the DP group (over each shard group when `shard` < dp)
     offload: bool = False  # ZeRO-Offload: gradients and optimizer state on the host
     sequence_parallel: bool = False
     recompute: str = "none"
     precision: str = "mixed"
+    attention: str = "flash"
+    # what runs under compute: "dp" the gradient reduction under the backward (DDP's buckets, Megatron's
+    # --overlap-grad-reduce, DeepSpeed's overlap_comm), "params" the parameter all-gathers (ZeRO-1's after the
+    # step under the next forward, ZeRO-3's prefetch of the next layer), "tp" TP's forward collectives under
+    # its GEMMs; comma-separated, or "none". The backward's TP all-reduce hides behind the weight-gradient
+    # GEMMs in every framework the model stands for (Megatron since 2021); the course's executor hides nothing.
+    overlap: str = "dp,params"
+    shard: int = 0  # ZeRO's sharding group: 0 (or dp) the whole DP group; a divisor of dp: HSDP
+    stage_layers: tuple = ()  # layers of each pipeline stage, first to last; () as even as can be
 
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp
 
+    @property
+    def shard_size(self) -> int:
+        """GPUs one ZeRO shard group spans (dp unless HSDP)."""
+        return self.shard or self.dp
+
+    @property
+    def overlaps(self) -> frozenset:
+        return frozenset() if self.overlap == "none" else frozenset(self.overlap.split(","))
+
     def to_dict(self) -> dict:
         out = asdict(self)
         out.pop("precision")
+        out["stage_layers"] = list(self.stage_layers)
         return out
 
     def with_(self, **changes) -> "Plan":
@@ -57,13 +86,31 @@ class Plan:
 
 
 def layers_per_stage(model: Transformer, pp: int) -> int:
-    """Transformer layers on the most loaded stage: stages take ceil(L/p) until the layers run out."""
+    """Transformer layers on the most loaded stage of an even split: ceil(L/p)."""
     return -(-model.layers // pp)
+
+
+def stage_split(model: Transformer, plan: Plan) -> tuple[int, int, int]:
+    """(layers on the first stage, the most on any middle stage, layers on the last stage); without PP the
+    one stage is all three. Even split: ceil(L/p) on each, what the most loaded of them holds."""
+    if plan.stage_layers:
+        s = plan.stage_layers
+        return s[0], max(s[1:-1], default=0), s[-1]
+    even = layers_per_stage(model, plan.pp)
+    return even, even if plan.pp > 2 else 0, even
 
 
 def microbatches(plan: Plan, global_batch: int) -> int:
     """m: micro-batches each pipeline runs per step (gradient accumulation steps when pp = 1)."""
     return global_batch // (plan.dp * plan.microbatch)
+
+
+def check_overlap(overlap) -> str:
+    if not isinstance(overlap, str) or overlap != "none" and not (
+            overlap and set(overlap.split(",")) <= set(OVERLAPS) and len(overlap.split(",")) == len(
+            set(overlap.split(",")))):
+        raise ValueError(f"overlap={overlap!r}: must be 'none' or a comma-separated list of {', '.join(OVERLAPS)}")
+    return overlap
 
 
 def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> None:
@@ -74,8 +121,11 @@ def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> 
     check_choice("schedule", plan.schedule, SCHEDULES)
     check_choice("recompute", plan.recompute, RECOMPUTE)
     check_choice("precision", plan.precision, PRECISIONS)
+    check_choice("attention", plan.attention, ATTENTION)
+    check_overlap(plan.overlap)
     check_bool("offload", plan.offload)
     check_bool("sequence_parallel", plan.sequence_parallel)
+    check_int("shard", plan.shard, 0, plan.dp)
     check_int("global_batch", global_batch, 1)
     if plan.gpus != gpus:
         raise ValueError(f"tp={plan.tp}: tp*pp*dp = {plan.gpus} must use all gpus={gpus}")
@@ -85,13 +135,24 @@ def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> 
     if global_batch % (plan.dp * plan.microbatch):
         raise ValueError(f"global_batch={global_batch}: must be divisible by dp × microbatch = "
                          f"{plan.dp} × {plan.microbatch}")
+    if plan.shard:
+        check_divisible("dp", plan.dp, "shard", plan.shard)
+        if plan.zero == 0:
+            raise ValueError(f"shard={plan.shard}: sharding needs zero 1, 2 or 3, got zero=0")
     if plan.offload and plan.zero < 2:
         raise ValueError(f"offload=True: needs zero 2 or 3 (ZeRO-Offload builds on stage 2), got zero={plan.zero}")
     if plan.sequence_parallel and plan.tp == 1:
         raise ValueError("sequence_parallel=True: needs tp > 1 (it splits what TP replicates)")
     if plan.schedule != "interleaved" and plan.chunks != 1:
         raise ValueError(f"chunks={plan.chunks}: only the interleaved schedule has more than one chunk per rank")
+    if plan.stage_layers:
+        s = plan.stage_layers
+        if not isinstance(s, tuple) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in s):
+            raise ValueError(f"stage_layers={s!r}: must be a tuple of positive integers, one per stage")
+        if len(s) != plan.pp or sum(s) != model.layers:
+            raise ValueError(f"stage_layers={s!r}: must list pp={plan.pp} stages adding up to layers={model.layers}")
     if plan.schedule == "interleaved":
-        if layers_per_stage(model, plan.pp) < plan.chunks:
-            raise ValueError(f"chunks={plan.chunks}: a stage has only {layers_per_stage(model, plan.pp)} layers")
+        most = max(plan.stage_layers) if plan.stage_layers else layers_per_stage(model, plan.pp)
+        if most < plan.chunks:  # an end stage may hold fewer (Llama 3: a chunk with the embedding alone)
+            raise ValueError(f"chunks={plan.chunks}: a stage has only {most} layers")
         check_divisible("microbatches", microbatches(plan, global_batch), "pp", plan.pp)  # Megatron's rule

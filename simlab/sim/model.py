@@ -5,8 +5,8 @@ Teaches: a GPT-style layer holds 12h² + 13h parameters (attention 4h² + 4h, ML
 norms 4h); the whole model P = 12Lh²(1 + 13/(12h) + (V + s)/(12Lh)) (Narayanan et al. 2021, Eq. 2) with
 learned positions and tied embeddings. A training step costs ≈ 6 FLOPs per parameter per token, plus
 attention's s² term: 72·B·L·s·h²(1 + s/(6h) + V/(12Lh)) per iteration (Korthikanti et al. 2022, Eq. 7).
-Llama-style models differ in three ways the spec also knows: a gated MLP (three matrices), grouped-query
-attention (fewer K/V heads) and untied input/output embeddings.
+Llama-style models differ in ways the spec also knows: a gated MLP (three matrices), grouped-query
+attention (fewer K/V heads), untied input/output embeddings, RMSNorm without biases, no dropout.
 
     >>> m = PRESETS["gpt3-175b"]
     >>> round(m.params / 1e9, 1), m.layer_params == 12 * 12288**2 + 13 * 12288
@@ -43,6 +43,7 @@ class Transformer:
     learned_positions: bool = True  # an (s, h) position table (Llama: rotary, no parameters)
     biases: bool = True  # Llama: no biases, RMSNorm (one vector per norm)
     embedding_norm: bool = False  # BLOOM: a layer norm right after the token embedding
+    dropout: bool = True  # GPT-3/Megatron: dropout after attention and the MLP (its masks are stored); Llama: none
     source: str = ""
 
     def __post_init__(self):
@@ -138,22 +139,50 @@ NARAYANAN_SHAPES = [("1.7b", 24, 2304, 24), ("3.6b", 32, 3072, 30), ("7.5b", 32,
                     ("39.1b", 64, 8192, 48), ("76.1b", 80, 10240, 60), ("145.6b", 96, 12288, 80),
                     ("310.1b", 128, 16384, 96), ("529.6b", 128, 20480, 105), ("1008b", 160, 25600, 128)]
 
+def llama(name: str, layers: int, hidden: int, heads: int, kv_heads: int, ffn: int, vocab: int, seq: int,
+          source: str) -> Transformer:
+    """A Llama-style shape: SwiGLU, grouped-query attention, untied, rotary positions, RMSNorm, no biases or dropout."""
+    return Transformer(name, layers, hidden, heads, seq=seq, vocab=vocab, ffn=ffn, kv_heads=kv_heads, gated=True,
+                       tied=False, learned_positions=False, biases=False, dropout=False, source=source)
+
+
+def mpt(name: str, layers: int, hidden: int, heads: int) -> Transformer:
+    """MosaicML's MPT (llm-foundry yamls): GeLU MLP 4h, vocabulary 50,368, tied, learned positions, no biases or dropout."""
+    return Transformer(name, layers, hidden, heads, seq=2048, vocab=50368, biases=False, dropout=False,
+                       source="mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml @ b2a43a1")
+
+
+LLAMA3 = "meta-llama/llama-models models/llama3_1/MODEL_CARD.md; Dubey et al. 2024 (arXiv 2407.21783) Table 3"
 PRESETS = {
     "gpt3-175b": megatron("gpt3-175b", 96, 12288, 96, "Brown et al. 2020 Table 2.1 (96 layers, 12288, 96 heads, "
                           "ctx 2048); vocabulary 50,257 padded to 51,200 as Megatron does at TP 8"),
     "megatron-22b": megatron("megatron-22b", 48, 6144, 64),
     "megatron-530b": megatron("megatron-530b", 105, 20480, 128, MEGATRON + " (MT-NLG)"),
     "megatron-1t": megatron("megatron-1t", 128, 25600, 160),
-    "llama2-7b": Transformer("llama2-7b", 32, 4096, 32, seq=4096, vocab=32000, ffn=11008, gated=True, tied=False,
-                             learned_positions=False, biases=False,
-                             source="meta-llama/llama MODEL_CARD.md and model.py; HF config (meta-llama/Llama-2-7b-hf)"),
-    "llama2-70b": Transformer("llama2-70b", 80, 8192, 64, seq=4096, vocab=32000, ffn=28672, kv_heads=8, gated=True,
-                              tied=False, learned_positions=False, biases=False,
-                              source="meta-llama/llama MODEL_CARD.md (GQA) and HF config (meta-llama/Llama-2-70b-hf)"),
+    "llama2-7b": llama("llama2-7b", 32, 4096, 32, 32, 11008, 32000, 4096,
+                       "meta-llama/llama MODEL_CARD.md and model.py; HF config (meta-llama/Llama-2-7b-hf)"),
+    "llama2-70b": llama("llama2-70b", 80, 8192, 64, 8, 28672, 32000, 4096,
+                        "meta-llama/llama MODEL_CARD.md (GQA) and HF config (meta-llama/Llama-2-70b-hf)"),
+    "llama3-8b": llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256, 8192, LLAMA3),
+    "llama3-70b": llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256, 8192, LLAMA3),
+    "llama3-405b": llama("llama3-405b", 126, 16384, 128, 8, 53248, 128256, 8192, LLAMA3),
     "bloom-176b": Transformer("bloom-176b", 70, 14336, 112, seq=2048, vocab=250880, learned_positions=False,
                               embedding_norm=True,
                               source="bigscience-workshop/bigscience train/tr11-176B-ml (ALiBi: no position table; "
                                      "embedding layer norm; vocabulary padded to 250,880; tied)"),
+    "glm-130b": Transformer("glm-130b", 70, 12288, 96, seq=2048, vocab=150528, ffn=32768, gated=True, tied=False,
+                            learned_positions=False,
+                            source="THUDM/GLM-130B configs/model_glm_130b.sh and logs/main-log-en.md (GeGLU, rotary; "
+                                   "untied assumed)"),
+    "bloomberggpt-50b": Transformer("bloomberggpt-50b", 70, 7680, 40, seq=2048, vocab=131072, learned_positions=False,
+                                    embedding_norm=True,
+                                    source="Wu et al. 2023 (arXiv 2303.17564) Table 4, §3.1 (ALiBi, tied, embedding "
+                                           "LayerNorm; MLP 4h assumed)"),
+    "nemotron4-340b": Transformer("nemotron4-340b", 96, 18432, 96, seq=4096, vocab=256000, ffn=73728, kv_heads=8,
+                                  tied=False, learned_positions=False, biases=False, dropout=False,
+                                  source="NVIDIA/dgxc-benchmarking nemotron/nemotron4-340b yaml (squared ReLU, GQA 8)"),
+    "mpt-7b": mpt("mpt-7b", 32, 4096, 32),
+    "mpt-70b": mpt("mpt-70b", 80, 8192, 64),
 } | {f"megatron-{size}-2021": megatron(f"megatron-{size}-2021", layers, hidden, heads, MEGATRON.split(";")[0])
      for size, heads, hidden, layers in NARAYANAN_SHAPES}
 
