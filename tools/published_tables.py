@@ -34,9 +34,33 @@ def tables() -> str:
                     published.korthikanti_table_5())
     lines += _table("**Narayanan et al. 2021, Table 1** (teraFLOP/s per GPU, full recomputation, "
                     "interleaved with 2 chunks where it applies):", "TFLOP/s", published.narayanan_table_1(), 1)
-    lines += _table("**BLOOM-176B** (training log, 384 A100s, 4 × 100 Gb/s Omni-Path per node):", "s",
-                    published.bloom())
+    lines += runs_table(published.validation())
     return "\n".join(lines).rstrip() + "\n"
+
+
+def runs_table(rows: list[dict]) -> list[str]:
+    """The published runs: tokens/s per GPU published and ours, the error, the range the unknown knobs span,
+    memory where published, and the summary the targets are read from."""
+    out = ["**Published training runs nobody fitted** (`simlab/sim/published_runs.py`: each run's source, plan and "
+           "every assumption, fixed before its prediction; tokens/s per GPU; *swing*: the error with the unknown "
+           "knobs' other values):", "",
+           "| run | GPUs | framework | published | ours | error | swing | memory GiB, published / ours | fits |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        swing = ", ".join(f"{x:+.0%}" for x in r["swing"]) or "—"
+        memory = f"{r['memory_gib']:.1f} / {r['ours_gib']:.1f}" if r["memory_gib"] else f"— / {r['ours_gib']:.1f}"
+        out.append(f"| {r['what']} | {r['gpus']} × {r['gpu']} | {r['framework']} | {r['published']:,.0f} | "
+                   f"{r['ours']:,.0f} | {r['error']:+.1%} | {swing} | {memory} | {'yes' if r['fits'] else 'no'} |")
+    errors = sorted(abs(r["error"]) for r in rows)
+    within = sum(e <= 0.20 for e in errors)
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    memory = [r for r in rows if r["memory_gib"]]
+    return out + ["", f"{len(rows)} runs: {within} within 20 % ({within / len(rows):.0%}), "
+                  f"{sum(e <= 0.35 for e in errors)} within 35 %; median |error| {errors[len(errors) // 2]:.1%}, "
+                  f"mean error {sum(r['error'] for r in rows) / len(rows):+.1%}; worst {worst['what']} "
+                  f"{worst['error']:+.1%}. The model says {sum(not r['fits'] for r in rows)} of the published plans "
+                  f"do not fit; measured peak memory within 10 % for {sum(abs(r['ours_gib'] / r['memory_gib'] - 1) <= 0.1 for r in memory)} "
+                  f"of {len(memory)}.", ""]
 
 
 def main(argv=None) -> int:

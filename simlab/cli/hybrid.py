@@ -7,55 +7,10 @@ and the transformer form of `simlab memory` (the most loaded GPU's bytes for any
 """
 from __future__ import annotations
 
-import math
-
 from .. import _checks
-from ..sim.hybrid import PRECISIONS, RECOMPUTE, SCHEDULES, Plan, check_plan
+from ..sim.hybrid import PRECISIONS, check_plan
 from .common import add_json
-
-SHAPE = ("layers", "hidden", "heads", "seq", "vocab")
-KNOBS = ("microbatch", "tp", "pp", "dp", "chunks", "schedule", "zero", "offload", "sequence_parallel", "recompute")
-
-
-def add_model_flags(p, plan_defaults: bool) -> None:
-    """The model (a preset or its shape) and the plan's knobs; `plan_defaults`: knobs default to a plain
-    plan (for `memory`), else to "free" (None: `plan` searches over what is not given)."""
-    p.add_argument("--model", default=None, help="a preset: gpt3-175b, llama2-7b, llama2-70b, bloom-176b, "
-                                                 "megatron-22b|530b|1t, megatron-1.7b-2021 … megatron-1008b-2021")
-    for name in SHAPE:
-        p.add_argument(f"--{name}", type=int, default=None, help=f"model shape: {name} (instead of --model)")
-    p.add_argument("--ffn", type=int, default=None, help="MLP inner width (default 4 × hidden)")
-    free = lambda value: value if plan_defaults else None  # noqa: E731
-    p.add_argument("--microbatch", type=int, default=free(1), help="sequences per micro-batch b")
-    for name in ("tp", "pp", "dp"):
-        p.add_argument(f"--{name}", type=int, default=free(1), help=f"{name} size")
-    p.add_argument("--chunks", type=int, default=free(1), help="interleaved: model chunks per rank v")
-    p.add_argument("--schedule", choices=SCHEDULES, default=free("1f1b"), help="pipeline schedule")
-    p.add_argument("--recompute", choices=RECOMPUTE, default=free("none"), help="activation recomputation")
-    p.add_argument("--sequence-parallel", action="store_true", default=free(False), help="TP + sequence parallel")
-    p.add_argument("--global-batch", type=int, default=None, help="sequences per step (memory: default dp·b·pp)")
-
-
-def model_from(args):
-    """The preset named by --model, or the shape given by --layers … --vocab (all five)."""
-    from ..sim.model import Transformer, preset
-    given = {name: getattr(args, name) for name in SHAPE if getattr(args, name) is not None}
-    if args.model is not None:
-        if given:
-            raise ValueError(f"{next(iter(given))}={next(iter(given.values()))}: give --model or the shape, not both")
-        model = preset(args.model)
-        return model.with_(ffn=args.ffn) if args.ffn else model
-    missing = [f"--{name}" for name in SHAPE if name not in given]
-    if missing:
-        raise ValueError(f"model=None: give --model PRESET, or the whole shape (missing {', '.join(missing)})")
-    return Transformer("custom", **given, ffn=args.ffn or 0)
-
-
-def plan_from(args, **defaults) -> Plan:
-    values = {name: getattr(args, name) for name in KNOBS}
-    return Plan(**{k: (defaults[k] if v is None and k in defaults else v) for k, v in values.items()},
-                precision=args.precision)
-
+from .hybrid_flags import KNOBS, add_machine_flags, add_model_flags, cluster_from, model_from, plan_from
 
 def cmd_transformer_memory(args) -> dict:
     """`simlab memory --layers … | --model …`: bytes on the most loaded GPU for one plan."""
@@ -73,29 +28,30 @@ def cmd_transformer_memory(args) -> dict:
 def cmd_plan(args) -> dict:
     """`simlab plan`: one plan when --tp, --pp and --dp are all given, else the advisor's search."""
     from ..sim.advisor import evaluate_plan, search
-    from ..sim.hardware import cluster
     model = model_from(args)
-    _checks.check_int("gpus", args.gpus, 1)
-    _checks.check_int("gpus_per_node", args.gpus_per_node, 1)
-    if not (math.isfinite(args.inter_node_gbps) and args.inter_node_gbps > 0):
-        raise ValueError(f"inter_node_gbps={args.inter_node_gbps}: must be a positive number of Gbit/s")
-    c = cluster(args.gpu, args.gpus, args.gpus_per_node, args.inter_node_gbps)
+    c = cluster_from(args)
     if args.global_batch is None:
         raise ValueError("global_batch=None: required, the sequences in one training step")
     _checks.check_int("global_batch", args.global_batch, 1)
     fixed = {name: getattr(args, name) for name in KNOBS if getattr(args, name) not in (None, False)}
     if all(name in fixed for name in ("tp", "pp", "dp")):
         plan = plan_from(args, microbatch=1, chunks=1, schedule="1f1b", zero=0, offload=False,
-                         sequence_parallel=False, recompute="none")
+                         sequence_parallel=False, recompute="none", shard=0)
         out = evaluate_plan(model, c, args.global_batch, plan)
         if not args.json:
             show_plan(out)
         return out
     if fixed.get("tp") and model.heads % fixed["tp"]:
         raise ValueError(f"tp={fixed['tp']}: must divide heads={model.heads}")
-    found = search(model, c, args.global_batch, precision=args.precision, **fixed)
+    if "stage_layers" in fixed:
+        raise ValueError(f"stage_layers={fixed['stage_layers']}: give it with --tp, --pp and --dp (one plan); "
+                         "the search tries the even split and one layer fewer on the end stages")
+    plan_from(args)  # refuse a bad --overlap before searching
+    found = search(model, c, args.global_batch, precision=args.precision, attention=args.attention,
+                   overlap=args.overlap, **fixed)
     out = {"best": found["best"], "candidates": found["candidates"], "rejected": found["rejected"],
-           "explanation": found["explanation"], "notes": found["notes"], "plans_evaluated": found["plans"]}
+           "explanation": found["explanation"], "ties": found["ties"], "notes": found["notes"],
+           "plans_evaluated": found["plans"]}
     if not args.json:
         show_plan(out)
     return out
@@ -111,24 +67,21 @@ def show_plan(out: dict) -> None:
               f"{' +SP' if c['sequence_parallel'] else ''} recompute {c['recompute']:<9} "
               f"{r['bytes_per_gpu']['total'] / 1e9:6.1f} GB {'fits' if r['fits'] else 'DOES NOT FIT'}  "
               f"{r['step_seconds']:.3g} s/step  {r['tokens_per_second']:.3g} tokens/s  MFU {r['mfu']:.0%}")
-    for line in out.get("explanation", []) + out.get("notes", []):
+    from ..sim.advisor_explain import tie_line
+    for line in out.get("explanation", []) + ([tie_line(out["ties"])] if out.get("ties") else []) + out.get("notes", []):
         print(line)
     for reason, n in out.get("rejected", {}).items():
         print(f"rejected {n}: {reason}")
 
 
 def add_commands(sub, run) -> None:
-    from ..sim.hardware import GPUS
     pl = sub.add_parser("plan", help="a 3-D parallel plan: memory, time and MFU — or the best of all of them")
     add_model_flags(pl, plan_defaults=False)
     pl.add_argument("--offload", action="store_true", default=None, help="ZeRO-Offload (needs --zero 2|3)")
     pl.add_argument("--zero", type=int, default=None, help="ZeRO stage over the DP group (default: search)")
-    pl.add_argument("--precision", choices=PRECISIONS, default="mixed", help="bytes per parameter: 16 / 2+2+12 / 2+4+12")
-    pl.add_argument("--gpus", type=int, default=8, help="GPUs in all (default 8)")
-    pl.add_argument("--gpus-per-node", type=int, default=8, help="GPUs per node (default 8)")
-    pl.add_argument("--gpu", choices=tuple(GPUS), default="a100-80gb", help="GPU preset (default a100-80gb)")
-    pl.add_argument("--inter-node-gbps", type=float, default=1600.0,
-                    help="network Gbit/s per node: 1600 for 8×200 Gb/s InfiniBand, 25 for one 25 GbE link")
+    pl.add_argument("--precision", choices=PRECISIONS, default="mixed",
+                    help="bytes per parameter: 16 / 2+2+12 / 2+4+12 / FP8 matmuls (2+4+12)")
+    add_machine_flags(pl)
     add_json(pl)
     pl.set_defaults(func=cmd_plan, summary=False)
     add_run_3d(run)

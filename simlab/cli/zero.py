@@ -12,6 +12,7 @@ from .. import _checks
 from . import hybrid
 from .common import (add_json, add_run_flags, add_training_flags, check_run_flags, check_training_flags, run_output,
                      summary)
+from .hybrid_flags import add_model_flags
 
 ZERO_RUNS = {"zero1": (1, False), "zero2": (2, False), "zero3": (3, False), "offload": (2, True)}
 
@@ -68,7 +69,7 @@ def add_commands(sub, run) -> None:
     mem.add_argument("--offload", action="store_true", help="ZeRO-Offload: gradients, optimizer states and the step on the CPU")
     mem.add_argument("--precision", choices=["mixed", "fp32", "mixed-fp32-grads"], default="mixed",
                      help="bytes per param: mixed 2+2+12 (K=12), fp32 4+4+8, mixed-fp32-grads 2+4+12 (Megatron)")
-    hybrid.add_model_flags(mem, plan_defaults=True)  # a transformer and a 3-D plan instead of --params
+    add_model_flags(mem, plan_defaults=True)  # a transformer and a 3-D plan instead of --params
     add_json(mem)
     mem.set_defaults(func=cmd_memory, summary=False, renames={"stage": "--zero"})
     for name, (stage, offload) in ZERO_RUNS.items():

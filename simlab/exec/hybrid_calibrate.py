@@ -8,7 +8,7 @@ the cores, exactly as a real 3-D run will) and each one measures, while all are 
     than the last-level cache (the model's norms, GeLU, dropout are memory-bound);
   - per-operation overhead: seconds per aten call of a tiny autograd forward + backward (a chain of
     multiplies on 4 numbers, counted with a `TorchDispatchMode`): Python, dispatch, autograd, launch — the
-    fixed cost `hybrid_time` charges per operation it counts in a layer (`hybrid_time.OPS_LAYER`);
+    fixed cost `hybrid_time` charges per operation it counts in a layer (`hybrid_layer.OPS_LAYER`);
   - α (seconds per ring step) and β (bytes/s) of OUR ring all-reduce (`exec.collectives.ring_all_reduce`),
     fitted over a sweep of sizes by lesson 1's least squares (`simlab.sim.calibrate.fit_alpha_beta`).
 Compute rates are time-boxed: every rank repeats its op for `window` seconds, all ranks in the same window
@@ -115,7 +115,7 @@ def _measure_rank(rank, world_size, repeats, window) -> dict:
 
 class CountOps(TorchDispatchMode):
     """Counts the aten calls made while it is active: the "operation" of `GPU.op_overhead`, here and in the
-    tests that hold `hybrid_time`'s operation counts to the model's code."""
+    tests that hold `hybrid_layer`'s operation counts to the model's code."""
 
     def __init__(self):
         super().__init__()

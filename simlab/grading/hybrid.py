@@ -91,8 +91,8 @@ def check_budget_plan(key: str, plan) -> None:
         host = _("; the host holds {held} GB of {memory} GB per node").format(
             held=f"{mine['cpu_bytes_per_gpu'] * c.gpus_per_node / GB:.0f}", memory=f"{c.host_memory / GB:.0f}") \
             if plan.offload else ""
-        fail(title, _("does not fit"), _("{total} GB per GPU ({where}) > {memory} GB").format(
-            total=f"{used['total'] / GB:.1f}", where=where, memory=f"{c.gpu.memory / GB:.0f}") + host)
+        fail(title, _("does not fit"), _("{total} GB per GPU ({where}) > {memory} GB usable").format(
+            total=f"{used['total'] / GB:.1f}", where=where, memory=f"{c.gpu.usable_memory / GB:.0f}") + host)
     best = search(model, c, b.global_batch, top=1)["best"]
     ratio = mine["step_seconds"] / best["step_seconds"]
     if ratio > 1 + WITHIN:
@@ -101,10 +101,10 @@ def check_budget_plan(key: str, plan) -> None:
             mine=f"{mine['step_seconds']:.3g}", ratio=f"{ratio:.2f}", best=f"{best['step_seconds']:.3g}",
             family=family(best["config"]), mine_parts=_parts(mine["breakdown"], mine["step_seconds"]),
             best_parts=_parts(best["breakdown"], best["step_seconds"])))
-    print(f"{title}: ✓ " + _("{family} fits ({used} of {memory} GB per GPU) and takes {seconds} s per step, "
+    print(f"{title}: ✓ " + _("{family} fits ({used} of {memory} GB usable per GPU) and takes {seconds} s per step, "
                              "{ratio}× the best plan's {best} s").format(
         family=family(plan.to_dict()), used=f"{mine['bytes_per_gpu']['total'] / GB:.1f}",
-        memory=f"{c.gpu.memory / GB:.0f}", seconds=f"{mine['step_seconds']:.3g}", ratio=f"{ratio:.2f}",
+        memory=f"{c.gpu.usable_memory / GB:.0f}", seconds=f"{mine['step_seconds']:.3g}", ratio=f"{ratio:.2f}",
         best=f"{best['step_seconds']:.3g}"))
 
 

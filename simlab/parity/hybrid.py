@@ -142,7 +142,9 @@ def prepare(dp, pp, tp, zero=0, schedule="1f1b", chunks=1, microbatches=None, st
         raise ValueError(f"world_size={world_size}: must be dp × pp × tp = {dp} × {pp} × {tp}")
     backend = check_run(world_size, backend, timeout, seed)
     check_positive("lr", lr)
-    plans = [Plan(tp=tp, pp=pp, dp=dp, microbatch=microbatch, zero=zero, schedule=schedule, chunks=chunks)]
+    # the course's executor: eager attention (softmax of the stored scores), nothing overlapped
+    plans = [Plan(tp=tp, pp=pp, dp=dp, microbatch=microbatch, zero=zero, schedule=schedule, chunks=chunks,
+                  attention="eager", overlap="none")]
     plans += [plans[0].with_(**v) for v in variants]
     model = shape_for(tp, pp, max(p.chunks for p in plans), layers, hidden, heads, seq)
     check_divisible("vocab", model.vocab, "tp", tp)

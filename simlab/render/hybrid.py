@@ -5,7 +5,7 @@ and the advisor's verdict as text.
   and which link each kind of group crosses (`Mesh.link`: inside a node or over the network).
 - `draw_plan_memory`: stacked bars per plan (params / grads / optimizer / activations) against the GPU.
 - `draw_time_breakdown`: where each plan's step goes (compute, TP, the pipeline, DP/ZeRO, Offload …).
-- `advisor_text`: `sim.advisor.search`'s top plans as a fixed-width table, its reasons and rejections.
+(`render.hybrid_advisor.advisor_text` writes the advisor's verdict as text.)
 
 Numbers come from `simlab.sim` (`mesh`, `hybrid_memory`, `hybrid_time`, `advisor`); words through `i18n._`:
 
@@ -36,7 +36,7 @@ STAGE_FILL = [  # pale, so the group outlines and lines drawn over the boxes sta
     "#dbe9f6", "#e2f0d9", "#fdf2cc", "#f3e0ef", "#e0f3f3", "#f6e3d5", "#e8e8e8", "#eae3f5"]
 MEMORY_COLOR = {**PART_COLOR, "activations": "#8172b3"}
 TIME_COLOR = {"compute": "#4c72b0", "tp_comm": KIND_COLOR["tp"], "pp_p2p": KIND_COLOR["pp"],
-              "pp_bubble": "#cdc3e3", "dp_comm": KIND_COLOR["dp"], "offload": CPU_COLOR,
+              "pp_bubble": "#cdc3e3", "dp_comm": KIND_COLOR["dp"], "overlap": "#9fb7d9", "offload": CPU_COLOR,
               "optimizer": PART_COLOR["optimizer"]}
 MAX_NODE_ROWS = 8  # beyond this many nodes the node frames wrap into further columns
 MAX_OVER = 4  # bars taller than 4× the GPU's memory are cut at the top (and labelled) so the line stays visible
@@ -263,38 +263,3 @@ def draw_time_breakdown(plans: dict, ax=None, title=None):
     if title:
         ax.set_title(title, fontsize=10)
     return ax.figure
-
-
-COLUMNS = ("#", "tp", "pp", "dp", "b", "schedule×v", "zero", "offload", "SP", "recompute", "GB/GPU", "s/step", "MFU")
-TEXT_COLUMNS = {"schedule×v", "offload", "SP", "recompute"}  # left-aligned; numbers align right
-
-
-def _config_row(i: int, plan: dict) -> list[str]:
-    c, yes = plan["config"], {True: "yes", False: "no"}
-    return [str(i), str(c["tp"]), str(c["pp"]), str(c["dp"]), str(c["microbatch"]),
-            c["schedule"] + (f"×{c['chunks']}" if c["chunks"] > 1 else ""), str(c["zero"]), yes[c["offload"]],
-            yes[c["sequence_parallel"]], c["recompute"], f"{plan['bytes_per_gpu']['total'] / GB:.2f}",
-            f"{plan['step_seconds']:.4g}", f"{plan['mfu']:.1%}"]
-
-
-def advisor_text(result: dict, top: int = 5, max_reasons: int = 8) -> str:
-    """`advisor.search`'s verdict as fixed-width text: its `top` best plans (best first), why it chose the
-    best, its notes, and what it rejected (reason: count; the `max_reasons` commonest, then the rest summed).
-    Numbers have fixed precision, for nbval."""
-    shown = result["candidates"][:top]
-    rejected = sum(result["rejected"].values())
-    lines = [_("{plans} plans evaluated, {rejected} rejected").format(plans=result["plans"], rejected=rejected)
-             + (_("; the {n} fastest that fit:").format(n=len(shown)) if shown else _(": no plan fits"))]
-    table = [list(COLUMNS)] + [_config_row(i, p) for i, p in enumerate(shown, 1)]
-    widths = [max(len(row[c]) for row in table) for c in range(len(COLUMNS))]
-    lines += ["  ".join(v.ljust(w) if COLUMNS[c] in TEXT_COLUMNS else v.rjust(w)
-                        for c, (v, w) in enumerate(zip(row, widths))).rstrip() for row in table if shown]
-    lines += [_("why:")] + [f"  {line}" for line in result["explanation"]]
-    if result["notes"]:
-        lines += [_("notes:")] + [f"  {line}" for line in result["notes"]]
-    if result["rejected"]:
-        reasons = list(result["rejected"].items())
-        lines += [_("rejected:")] + [f"  {count:>6}  {reason}" for reason, count in reasons[:max_reasons]]
-        rest, more = reasons[max_reasons:], _("… for {n} more reasons").format(n=len(reasons[max_reasons:]))
-        lines += [f"  {sum(c for _r, c in rest):>6}  {more}"] if rest else []
-    return "\n".join(lines)

@@ -29,7 +29,8 @@ from ..sim.hybrid import Plan
 from ..sim.hybrid_scenarios import BY_KEY, GPT2, WIDE, Scenario
 from ..sim.hybrid_time import pipeline_trace
 from ..sim.model import PRESETS
-from .hybrid import COLUMNS, _config_row, advisor_text, draw_plan_memory, draw_time_breakdown
+from .hybrid import draw_plan_memory, draw_time_breakdown
+from .hybrid_advisor import COLUMNS, _config_row, advisor_text
 from .hybrid_run import draw_predicted_vs_real, run_text, time_text
 from .pipeline import draw_gantt
 

@@ -1,27 +1,14 @@
-"""The machine, described once: a GPU (memory, peak FLOP/s, what fraction of it matmuls reach, HBM bandwidth),
-how many share a node, the two tiers of links between them, and the host for Offload.
+"""The machine, described once: GPUs (`simlab.sim.gpus`), how many share a node, the network between nodes,
+and the host for Offload; and this computer as `simlab calibrate` measured it.
 
-Teaches: where the time of a training step can go. Matrix multiplies run at `matmul_efficiency` × peak;
-the element-wise work around them (norms, GeLU, softmax, dropout) is memory-bound and runs at HBM speed;
-collectives inside a node ride NVLink (or PCIe), across nodes the network — ten times slower on a good
-cluster, a hundred on a cheap one. Every link is α-β (`simlab.sim.cost`): α seconds per ring step, β per byte.
+Teaches where the time of a training step can go. Matrix multiplies run at the rate cuBLAS reaches for their
+shape; the element-wise work around them (norms, GeLU, softmax, dropout) is memory-bound and runs at HBM
+speed; collectives inside a node ride NVLink (or PCIe), across nodes the network — each GPU's own NIC on a
+good cluster (8 × 200 Gb/s InfiniBand on a DGX A100, 8 × 400 Gb/s on a DGX H100), one shared 25 GbE link on a
+cheap one. `simlab.sim.network` says which groups cross which link and how NCCL runs over it.
 
-One set of constants serves every published case the model is checked against (`tests/sim/test_hybrid_time.py`):
-- peak dense FP16/BF16: A100 312 TFLOP/s, H100 SXM 989 (NVIDIA datasheets; 1,979 is with sparsity),
-  RTX 4090 165.2 with FP32 accumulate (NVIDIA Ada whitepaper, Appendix A);
-- matmul efficiency, the fraction of peak a transformer layer's GEMMs reach in training: A100 0.68, fitted
-  with `hybrid_time.K_ELEMENTWISE` to the two forward times of one 22B layer that Korthikanti et al. 2022
-  publish (Table 4: 7.7 ms, 7.2 ms with sequence parallelism). The best single GEMM reaches more —
-  271.2 / 312 = 86.9 % on A100 SXM, 794.5 / 989 = 80.3 % on H100 SXM (stas00/ml-engineering, "Maximum
-  Achievable Matmul FLOPS") —; H100 and RTX 4090 get A100's ratio of the two (0.68 / 0.869), an assumption
-  until a published H100 training step is added to the tests;
-- HBM: A100 80GB 2,039 GB/s, H100 SXM 3,350 GB/s, RTX 4090 1,008 GB/s (datasheets);
-- NVLink: A100 300 GB/s per direction, of which NCCL's model caps the ring at 235 (NVIDIA/nccl
-  src/graph/tuning.cc, `busBw = min(busBw, 235)` for compute capability 8.0); H100 450 GB/s per direction
-  (~83 % measured: 376); PCIe 4.0 x16 ≈ 31 GB/s per direction;
-- α per ring step, from NCCL's latency model (tuning.cc, Simple protocol): NVLink 3.4 µs, PCIe 5.7 µs,
-  network 14 µs; the ring's base latency (8.4 µs) is folded into these per-step figures;
-- network: HDR InfiniBand 200 Gb/s per GPU (8 HCAs per DGX A100 node), 90 % efficient.
+The network reaches 95 % of its line rate: 192 GB/s all-reduce bus bandwidth over a DGX-A100's 8 × 200 Gb/s
+(nccl#812), 24 GB/s per HDR NIC (nccl#412), 46–48 GB/s per NDR NIC (nccl-tests#290).
 
 "cpu-this-machine" is this computer, measured by `simlab calibrate --world-size N` (`simlab.exec.hybrid_calibrate`):
 N processes at once, each a "GPU" of one process's share of the cores. The measurements live in a JSON file
@@ -32,7 +19,7 @@ notice.
 
     >>> c = cluster("a100-80gb", gpus=16)
     >>> c.nodes, c.inter_bandwidth / 1e9, round(c.gpu.matmul_flops / 1e12, 2)
-    (2, 22.5, 212.16)
+    (2, 23.75, 271.13)
 """
 from __future__ import annotations
 
@@ -42,46 +29,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .._checks import check_choice, check_int, check_positive
+from .gpus import GB, GPU, GPUS
 
-GB = 1e9
 MAX_GPUS = 1 << 20  # 1,048,576: ten times the largest clusters trained on; the advisor's search stays < 1 s
-
-
-@dataclass(frozen=True)
-class GPU:
-    name: str
-    memory: float  # bytes
-    peak_flops: float  # dense FP16/BF16 tensor-core FLOP/s
-    matmul_efficiency: float  # the fraction of peak a transformer layer's GEMMs reach in training
-    hbm_bandwidth: float  # bytes/s: the element-wise ops' speed limit
-    intra_bandwidth: float  # bytes/s per direction to a GPU of the same node (NVLink, or PCIe)
-    intra_alpha: float  # seconds per ring step inside a node
-    host_bandwidth: float  # bytes/s per direction host <-> GPU (PCIe): Offload's link
-    source: str = ""
-    # seconds of fixed cost per operation (Python, dispatch, kernel launch): negligible on a GPU for big layers,
-    # dominant for small layers on a CPU; 0 in the datasheet presets, measured by `simlab calibrate`
-    op_overhead: float = 0.0
-
-    @property
-    def matmul_flops(self) -> float:
-        return self.peak_flops * self.matmul_efficiency
-
-
-GPUS = {
-    "a100-80gb": GPU("a100-80gb", 80 * GB, 312e12, 0.68, 2039 * GB, 235 * GB, 3.4e-6, 25 * GB,
-                     "NVIDIA A100 datasheet; NCCL tuning.cc (ring bus bandwidth cap 235 GB/s on sm80); "
-                     "efficiency fitted to Korthikanti et al. 2022 Table 4"),
-    "h100-80gb": GPU("h100-80gb", 80 * GB, 989e12, 0.63, 3350 * GB, 376 * GB, 3.4e-6, 55 * GB,
-                     "NVIDIA H100 SXM datasheet (dense); ml-engineering (376 GB/s NVLink measured of 450, "
-                     "PCIe 5 55 GB/s); efficiency 0.803 × 0.68/0.869 (A100's layer/GEMM ratio)"),
-    "rtx-4090": GPU("rtx-4090", 24 * GB, 165.2e12, 0.63, 1008 * GB, 25 * GB, 5.7e-6, 25 * GB,
-                    "NVIDIA Ada whitepaper App. A (165.2 TFLOP/s BF16, FP32 accumulate); no NVLink: GPUs talk "
-                    "over PCIe 4.0 x16 (31 GB/s per direction, ~80 % reached); efficiency as H100's"),
-    # filled in by `simlab calibrate` on the learner's machine (lesson 6); these are placeholders of the
-    # right order for a 2-core laptop CPU with gloo, so the model runs before calibration
-    "cpu-this-machine": GPU("cpu-this-machine", 8 * GB, 50e9, 1.0, 10 * GB, 1 * GB, 2e-4, 10 * GB,
-                            "placeholder until calibrated on this machine"),
-}
 
 
 @dataclass(frozen=True)
@@ -94,7 +44,7 @@ class Cluster:
     gpus_per_node: int
     inter_node_gbps: float
     inter_alpha: float = 14e-6
-    network_efficiency: float = 0.9
+    network_efficiency: float = 0.95
     host_memory: float = 1024 * GB  # per node: a DGX A100 has 1 TB (2 TB on some)
     host_adam_rate: float = 1e9  # parameters per second per node that CPU Adam updates (DeepSpeed CPU-Adam order)
 
@@ -208,4 +158,4 @@ def calibrated_gpu(world_size: int, path=None) -> GPU:
     memory = float(m.get("device_memory") or ram / world_size)  # under NCCL: the GPU's own memory
     return GPU(CALIBRATED, memory, float(m["matmul_flops"]), 1.0, float(m["elementwise_bandwidth"]),
                float(m["ring_bandwidth"]), float(m["ring_alpha"]), float(m["elementwise_bandwidth"]), how,
-               op_overhead=float(m["op_overhead"]))
+               op_overhead=float(m["op_overhead"]), gemm_latency=0.0, roofline=False)

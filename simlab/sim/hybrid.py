@@ -62,6 +62,10 @@ class Plan:
     shard: int = 0  # ZeRO's sharding group: 0 (or dp) the whole DP group; a divisor of dp: HSDP
     stage_layers: tuple = ()  # layers of each pipeline stage, first to last; () as even as can be
 
+    def __post_init__(self):  # a list from JSON or `to_dict` becomes the tuple a frozen plan keeps
+        if isinstance(self.stage_layers, list):
+            object.__setattr__(self, "stage_layers", tuple(self.stage_layers))
+
     @property
     def gpus(self) -> int:
         return self.tp * self.pp * self.dp

@@ -1,26 +1,34 @@
 """Memory per GPU for any 3-D plan: the most loaded GPU's parameters, gradients, optimizer state and
-activations, in bytes.
+activations, in bytes — and how much of a GPU's memory tensors can really use.
 
 Teaches (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"):
-- model states: the stage's parameters over t, times bytes per parameter of each kind (`sim.memory.PRECISIONS`:
-  fp32 4+4+8, mixed 2+2+12 as in the ZeRO paper, Megatron's mixed-fp32-grads 2+4+12), each kind divided
-  by the DP size once ZeRO shards it (stage 1: optimizer, 2: + gradients, 3: + parameters, as
-  `simlab.sim.memory`); Offload moves gradients and optimizer state to the host;
-- activations of one layer and one micro-batch, 16-bit: sbh(34 + 5as/h) unsplit; with TP
-  sbh(10 + 24/t + 5as/(ht)) (norms, dropouts and two inputs stay replicated: 10sbh); with TP + SP
-  sbh/t·(34 + 5as/h); selective recomputation drops the 5as/h term (the softmax's s² activations);
-  full recomputation keeps only each layer's input, 2sbh. For other shapes the 24 becomes the attention's
-  4 + 4·kv/h and the MLP's 4·ffn/h (6·ffn/h gated);
-- the first stage holds the most: its ceil(L/p) layers for min(p, m) micro-batches under 1F1B (for m
-  under GPipe) — so about L layers' worth whatever p is —, ×(1 + (p-1)/(pv)) when interleaved, plus the
-  embedding; without pipelining also the fp32 logits.
+- model states: the stage's parameters over t, times bytes per parameter of each kind (`hybrid.STATE_BYTES`:
+  fp32 4+4+8, mixed 2+2+12 as in the ZeRO paper, Megatron's mixed-fp32-grads 2+4+12, FP8's recipe), each
+  kind divided by the ZeRO group's size once ZeRO shards it (stage 1: optimizer, 2: + gradients, 3: +
+  parameters, as `simlab.sim.memory`; the whole DP group, or one node's part of it under HSDP); ZeRO-3 also
+  holds the layer at work gathered, and the next one when it prefetches; Offload moves gradients and
+  optimizer state to the host;
+- activations of one layer and one micro-batch, 16-bit, with eager attention: sbh(34 + 5as/h) unsplit; with
+  TP sbh(10 + 24/t + 5as/(ht)) (norms, dropouts and two inputs stay replicated: 10sbh); with TP + SP
+  sbh/t·(34 + 5as/h); selective recomputation drops the 5as/h term (the softmax's s² activations); full
+  recomputation keeps only each layer's input, 2sbh (2sbh/t with SP). FlashAttention never stores the s²
+  scores (only a row's log-sum-exp, 4 bytes per head and token): its memory is selective recomputation's,
+  at no recompute. Without dropout (Llama) the two dropout masks (sbh each) and the attention's (as²b) go.
+  For other shapes the 24 becomes the attention's 4 + 4·kv/h and the MLP's 4·ffn/h (6·ffn/h gated). FP8
+  saves each GEMM's input in one byte instead of two (Transformer Engine's "input in FP8 saved for backward");
+- stage r of p holds, under 1F1B, min(p − r, m) micro-batches of its layers' activations (all m under GPipe);
+  interleaved over v chunks, (2(p − r − 1) + (v − 1)p + 1)/v of them — Korthikanti's L(1 + (p−1)/(pv)) on the
+  first stage. The first stage also holds the embedding, the last the output layer and the fp32 logits of
+  its micro-batch. The most loaded of the first, second and last stage is the GPU that must fit.
+- the GPU: an "80 GB" part holds 80 GiB, of which the CUDA context, NCCL's buffers and the allocator's
+  fragmentation take a share (`hardware.GPU.usable_memory`).
 
 Every function takes a `Knobs` of numpy arrays, so the advisor evaluates thousands of plans at once.
 
     >>> from simlab.sim.model import PRESETS
     >>> from simlab.sim.hybrid import Plan
     >>> gib = {k: v / 2**30 for k, v in per_gpu(PRESETS["gpt3-175b"], Plan(tp=8, pp=8, schedule="interleaved",
-    ...        chunks=3, precision="mixed-fp32-grads"), global_batch=64).items()}
+    ...        chunks=3, precision="mixed-fp32-grads", attention="eager"), global_batch=64).items()}
     >>> round(gib["layer_activations"], 5)  # Korthikanti Figure 1, GPT-3 baseline
     66.84375
 """
@@ -30,16 +38,18 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .hybrid import ACTIVATION_BYTES, RECOMPUTE, SCHEDULES, STATE_BYTES, Plan
+from .hybrid import ACTIVATION_BYTES, ATTENTION, RECOMPUTE, SCHEDULES, STATE_BYTES, Plan, stage_split
 from .memory import CPU_GRAD_BYTES, HOST_ADAM_BYTES
 from .model import Transformer
 
 HOST_BYTES = HOST_ADAM_BYTES + CPU_GRAD_BYTES  # per parameter on the host under Offload (lesson 3's)
+FIRST, MIDDLE, LAST = 0, 1, 2  # the stages that can be the most loaded: 0, 1 and p − 1
 
 
 class Knobs(NamedTuple):
-    """A plan's numbers as arrays (one entry per plan); recompute and schedule as indexes into
-    `hybrid.RECOMPUTE` and `hybrid.SCHEDULES`."""
+    """A plan's numbers as arrays (one entry per plan); recompute, schedule and attention as indexes into
+    `hybrid.RECOMPUTE`, `hybrid.SCHEDULES` and `hybrid.ATTENTION`; the overlaps as 0/1; `shard` the ZeRO
+    group's size; `first`, `mid`, `last` the layers of the first stage, of the fullest middle one and of the last."""
 
     tp: np.ndarray
     pp: np.ndarray
@@ -51,79 +61,111 @@ class Knobs(NamedTuple):
     sp: np.ndarray
     recompute: np.ndarray
     schedule: np.ndarray
+    attention: np.ndarray
+    shard: np.ndarray
+    first: np.ndarray
+    mid: np.ndarray
+    last: np.ndarray
+    overlap_dp: np.ndarray
+    overlap_params: np.ndarray
+    overlap_tp: np.ndarray
 
 
-def knobs(plan: Plan) -> Knobs:
-    return Knobs(*(np.asarray(x) for x in (plan.tp, plan.pp, plan.dp, plan.microbatch, plan.chunks, plan.zero,
-                                            plan.offload, plan.sequence_parallel, RECOMPUTE.index(plan.recompute),
-                                            SCHEDULES.index(plan.schedule))))
+def knobs(plan: Plan, model: Transformer) -> Knobs:
+    first, mid, last = stage_split(model, plan)
+    over = plan.overlaps
+    return Knobs(*(np.asarray(x) for x in (
+        plan.tp, plan.pp, plan.dp, plan.microbatch, plan.chunks, plan.zero, plan.offload, plan.sequence_parallel,
+        RECOMPUTE.index(plan.recompute), SCHEDULES.index(plan.schedule), ATTENTION.index(plan.attention),
+        plan.shard_size, first, mid, last, "dp" in over, "params" in over, "tp" in over)))
 
 
-def stage_params(model: Transformer, k: Knobs) -> np.ndarray:
-    """Parameters one GPU of the most loaded stage holds (its share of t): ceil(L/p) layers plus the
-    embedding on the first stage, or the output layer on the last, whichever is more (both without PP)."""
-    layers = -(-model.layers // k.pp) * model.layer_params_per_rank(k.tp)
-    first = layers + model.embedding_params_per_rank(k.tp)
-    last = layers + model.output_params_per_rank(k.tp, k.pp)
-    return np.where(k.pp == 1, first + last - layers, np.maximum(first, last))
+def stage_params(model: Transformer, k: Knobs, stage: int) -> np.ndarray:
+    """Parameters one GPU of a stage holds (its share of t): its layers, plus the embedding on the first
+    stage and the output layer on the last (both without PP)."""
+    per_layer = model.layer_params_per_rank(k.tp)
+    if stage == MIDDLE:
+        return k.mid * per_layer
+    embedding, output = model.embedding_params_per_rank(k.tp), model.output_params_per_rank(k.tp, k.pp)
+    if stage == FIRST:
+        return k.first * per_layer + embedding + np.where(k.pp == 1, output, 0)
+    return k.last * per_layer + output + np.where(k.pp == 1, embedding, 0)
 
 
-def model_states(model: Transformer, k: Knobs, precision: str) -> dict:
-    """Weights, gradients and optimizer state per GPU; shards round up, as `simlab.sim.memory` does."""
+def model_states(model: Transformer, k: Knobs, precision: str, stage: int) -> dict:
+    """Weights, gradients and optimizer state per GPU of a stage; shards round up, as `simlab.sim.memory` does."""
     p_b, g_b, o_b = STATE_BYTES[precision]
-    full = stage_params(model, k)
-    shard = np.ceil(full / k.dp)
+    full = stage_params(model, k, stage)
+    shard = np.ceil(full / k.shard)
     params = np.where(k.zero >= 3, shard, full) * p_b
     grads = np.where(k.offload, 0, np.where(k.zero >= 2, shard, full) * g_b)
     optimizer = np.where(k.offload, 0, np.where(k.zero >= 1, shard, full) * o_b)
-    layer = np.where(k.zero >= 3, model.layer_params_per_rank(k.tp) * (p_b + g_b), 0)  # ZeRO-3: a layer gathered
-    layers_only = -(-model.layers // k.pp) * model.layer_params_per_rank(k.tp) * (p_b + g_b + o_b)  # no embedding
-    return {"params": params + layer, "grads": grads, "optimizer": optimizer, "layer_states": layers_only,
+    # ZeRO-3: the layer at work gathered (weights and gradients), and the next layer's weights if prefetched
+    layer = model.layer_params_per_rank(k.tp)
+    gathered = np.where(k.zero >= 3, layer * (p_b + g_b + k.overlap_params * p_b), 0)
+    return {"params": params + gathered, "grads": grads, "optimizer": optimizer,
             "cpu": np.where(k.offload, shard * HOST_BYTES, 0)}
 
 
-def layer_activation_bytes(model: Transformer, k: Knobs, recompute=None) -> np.ndarray:
-    """One layer, one micro-batch, 16-bit: Korthikanti's Table 2 (`recompute` overrides the plan's)."""
+def layer_activation_bytes(model: Transformer, k: Knobs, recompute=None, fp8: bool = False) -> np.ndarray:
+    """One layer, one micro-batch, 16-bit: Korthikanti's Table 2 (`recompute` overrides the plan's). `fp8`: the
+    four GEMMs' inputs are saved for the backward in FP8, one byte instead of two (Transformer Engine)."""
     s, h, a = model.seq, model.hidden, model.heads
     sbh = s * k.b * h
     split = 4 + 4 * model.kv_width / h + (6 if model.gated else 4) * model.ffn_width / h  # 24 for GPT
-    replicated = np.where(k.sp, 10 / k.tp, 10)
-    softmax = 5 * a * s / (h * k.tp)  # the s² term: scores, softmax, its dropout mask
+    split -= (1 + model.ffn_width / h) if fp8 else 0  # the attention projection's and the MLP's down input
+    masks = 2 if model.dropout else 0  # after attention and after the MLP, one byte per element each
+    norms = 8 - (2 if fp8 else 0)  # two norms' inputs (2 + 2) and outputs (2 + 2), the outputs being GEMM inputs
+    replicated = np.where(k.sp, (norms + masks) / k.tp, norms + masks)
+    eager = (5 if model.dropout else 2) * a * s / (h * k.tp)  # the s² term: softmax out (+ its dropout, mask)
+    flash = 4 * a / (h * k.tp)  # the log-sum-exp of each row, 4 bytes per head and token
     rec = k.recompute if recompute is None else recompute
-    per = sbh * (replicated + split / k.tp + np.where(rec == 0, softmax, 0))
-    return np.where(rec == 2, 2 * sbh, per)
+    scores = np.where(k.attention == ATTENTION.index("flash"), flash, np.where(rec == 0, eager, 0))
+    per = sbh * (replicated + split / k.tp + scores)
+    return np.where(rec == 2, 2 * sbh / np.where(k.sp, k.tp, 1), per)
 
 
-def interleave_factor(k: Knobs) -> np.ndarray:
-    """Korthikanti §4.2.3: interleaving v chunks stores L(1 + (p-1)/(pv)) layers' worth on the first stage."""
-    return np.where(k.v > 1, 1 + (k.pp - 1) / (k.pp * k.v), 1.0)
+def in_flight(k: Knobs, m, stage: int) -> np.ndarray:
+    """Micro-batches (in layer-sized units of a stage) whose activations a stage holds at once: all m
+    under GPipe; under 1F1B min(p − r, m) on stage r; interleaved (2(p − r − 1) + (v − 1)p + 1)/v."""
+    r = {FIRST: 0, MIDDLE: 1, LAST: k.pp - 1}[stage]
+    one_f_one_b = np.minimum(k.pp - r, m)
+    chunks = np.minimum(2 * (k.pp - r - 1) + (k.v - 1) * k.pp + 1, m * k.v) / k.v
+    return np.where(k.schedule == SCHEDULES.index("gpipe"), m,
+                    np.where(k.schedule == SCHEDULES.index("interleaved"), chunks, one_f_one_b))
 
 
-def in_flight(k: Knobs, m) -> np.ndarray:
-    """Micro-batches whose activations the first stage holds at once: all of them under GPipe, at most p
-    under 1F1B (the warm-up)."""
-    return np.where(k.schedule == SCHEDULES.index("gpipe"), m, np.minimum(k.pp, m))
-
-
-def activations(model: Transformer, k: Knobs, m, precision: str) -> dict:
-    """The first stage's activations: its layers (what Korthikanti's Figure 1 shows) and the rest."""
+def activations(model: Transformer, k: Knobs, m, precision: str, stage: int) -> dict:
+    """A stage's activations: its layers' and, around them, the embedding's output (first stage) or the
+    final norm and fp32 logits of one micro-batch (last stage)."""
     scale = ACTIVATION_BYTES[precision] / 2  # the formulas count 16-bit values; fp32 doubles them
-    layers = -(-model.layers // k.pp)
-    stored = layer_activation_bytes(model, k) * layers * in_flight(k, m) * interleave_factor(k) * scale
+    layers = (k.first, k.mid, k.last)[stage]
+    stored = layer_activation_bytes(model, k, fp8=precision == "fp8") * layers * in_flight(k, m, stage) * scale
     working = np.where(k.recompute == 2, layer_activation_bytes(model, k, recompute=0) * scale, 0)  # one layer
     sbh_t = model.seq * k.b * model.hidden / k.tp
-    extra = sbh_t * np.minimum(k.pp, m) + np.where(k.pp == 1, 4 * sbh_t * (1 + model.vocab / model.hidden), 0)
-    return {"layer_activations": stored, "activations": stored + working + extra * scale}
+    embedding = sbh_t * in_flight(k, m, FIRST) * scale
+    logits = 4 * sbh_t * (1 + model.vocab / model.hidden)  # bytes: final norm's input and fp32 logits
+    extra = {FIRST: embedding + np.where(k.pp == 1, logits, 0), MIDDLE: 0,
+             LAST: logits + np.where(k.pp == 1, embedding, 0)}[stage]
+    return {"layer_activations": stored, "activations": np.where(layers > 0, stored + working + extra, 0)}
 
 
 def per_gpu(model: Transformer, plan, global_batch: int, precision: str | None = None) -> dict:
-    """Bytes on the most loaded GPU: params, grads, optimizer, activations, total (GPU) and cpu (host);
-    also the transformer layers' own share, what Korthikanti's Figure 1 plots: layer_states (their
-    weights, gradients and optimizer state, unsharded) and layer_activations.
-    `plan`: a `Plan`, or `Knobs` of arrays with `precision` given."""
-    k = knobs(plan) if isinstance(plan, Plan) else plan
+    """Bytes on the most loaded GPU: params, grads, optimizer, activations, total (GPU), cpu (host) and
+    `stage` (0 first, 1 middle, 2 last: which one that is); also the first stage's transformer layers alone,
+    what Korthikanti's Figure 1 plots: layer_states (their weights, gradients and optimizer state, unsharded)
+    and layer_activations. `plan`: a `Plan`, or `Knobs` of arrays with `precision` given."""
+    k = knobs(plan, model) if isinstance(plan, Plan) else plan
     precision = precision or plan.precision
     m = global_batch // (k.dp * k.b)
-    out = model_states(model, k, precision) | activations(model, k, m, precision)
-    out["total"] = out["params"] + out["grads"] + out["optimizer"] + out["activations"]
+    stages = [model_states(model, k, precision, s) | activations(model, k, m, precision, s)
+              for s in (FIRST, MIDDLE, LAST)]
+    for s in stages:
+        s["total"] = s["params"] + s["grads"] + s["optimizer"] + s["activations"]
+    worst = np.argmax(np.stack(np.broadcast_arrays(*(s["total"] for s in stages))), axis=0)
+    out = {key: np.choose(worst, [np.broadcast_to(s[key], np.shape(worst)) for s in stages])
+           for key in ("params", "grads", "optimizer", "activations", "total", "cpu")}
+    out["stage"] = worst
+    out["layer_activations"] = stages[FIRST]["layer_activations"]
+    out["layer_states"] = k.first * model.layer_params_per_rank(k.tp) * sum(STATE_BYTES[precision])
     return {key: float(v) if np.ndim(v) == 0 else v for key, v in out.items()} if isinstance(plan, Plan) else out

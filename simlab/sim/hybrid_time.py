@@ -1,35 +1,34 @@
-"""Time per training step for any 3-D plan, with where it goes: compute, TP communication, the pipeline's
-bubble and hand-overs, DP/ZeRO collectives, Offload's PCIe traffic, the optimizer.
+"""Time per training step for any 3-D plan, with where it goes — and what a framework hides behind compute.
 
-Teaches, on the most loaded stage's GPU (`hybrid.layers_per_stage` layers, plus the output layer):
-- compute: a layer's matmuls (2 FLOPs per weight per token, and attention's s² term) at the GPU's
-  achievable matmul speed, its element-wise work at HBM speed (K_ELEMENTWISE bytes moved per byte of
-  activations the layer keeps); backward costs twice the forward; full recomputation adds a forward
-  (+33 %), selective only the attention core (a few %);
-- TP: per layer and micro-batch 2 all-reduces forward, 2 backward (with sequence parallelism each is a
-  reduce-scatter + all-gather: the same bytes), 2 more when fully recomputing; the backward pair hides
-  behind the weight-gradient matmuls (Megatron overlaps them); on NVLink if the TP group fits in a node;
-- PP: the bubble of the chosen schedule — (p-1)/(vm+p-1) of the pipeline's time, the lesson-4 closed form
-  (`simlab.sim.pipeline.closed_form_bubble`, held to the simulator by tests) — and each micro-batch's
-  activation and gradient hand-over (1/t of it with Megatron's scatter/gather);
-- DP/ZeRO, on the slowest link the DP group crosses: ZeRO 0 and 1 reduce the gradients (and ZeRO-1
-  gathers the parameters) once per step — overlapped with the last micro-batch's backward without
-  pipelining (DDP's buckets), after the flush and exposed with it (as in Megatron's published runs);
-  ZeRO-2 reduce-scatters and ZeRO-3 also gathers the parameters **once per micro-batch**, hidden only as
-  far as that micro-batch's compute covers it. With PP m is large: that is why the primer keeps only
-  ZeRO-1 with pipelining;
-- Offload: gradients down and parameters up over PCIe, Adam on the host's cores, not overlapped.
-- fixed costs per operation (`GPU.op_overhead`, 0 on the datasheet GPUs): the counted aten calls of each
-  layer, the embedding, head and loss, and the optimizer — what dominates lesson 6's tiny model on a CPU.
-`executor=True` models the course's own executor instead of Megatron: nothing overlapped, Adam unfused.
-Outputs step seconds, tokens/s and MFU (model FLOPs, no recomputation, over the GPUs' peak).
+Teaches, from one layer's time (`simlab.sim.hybrid_layer`) up:
+- a stage's time per micro-batch: its layers' compute and exposed TP communication, the embedding on the
+  first stage, the output layer and loss on the last, and each micro-batch's hand-over to the next stage (1/t
+  of the activation with Megatron's scatter/gather, `network.send`). TP's backward collectives hide behind the
+  weight-gradient GEMMs (Megatron does this since 2021); with overlap "tp" the forward's hide behind its GEMMs;
+- the pipeline: the slowest stage sets the pace, m·t_max, and filling and draining the pipe adds the other
+  stages' time once, (Σ t_stage − t_max)/v — for equal stages (p − 1)/v stage times, lesson 4's bubble
+  (`simlab.sim.pipeline.closed_form_bubble`, held to the simulator by tests). Unequal stages (Llama 3's
+  first and last with one layer fewer) shorten the slowest;
+- DP/ZeRO over the DP group, or under HSDP over each shard group (then an all-reduce across the replicas):
+  ZeRO 0 all-reduces the gradients once per step, ZeRO 1 reduce-scatters them and all-gathers the updated
+  parameters once per step, ZeRO 2 reduce-scatters once **per micro-batch**, ZeRO 3 also gathers the
+  parameters for each micro-batch's forward and again for its backward. With overlap "dp" a reduction runs
+  under the backward (DDP's buckets: it can hide behind one micro-batch's backward), with "params" a gather
+  under the forward (ZeRO-1: the next step's first; ZeRO-3: prefetched a layer ahead, so only the first
+  layer's gather waits). What does not fit under the compute is exposed; the breakdown shows exposed time and
+  `hidden` what ran underneath. With PP, m is large: that is why the primer keeps only ZeRO-1 with pipelining;
+- Offload: gradients down and parameters up over PCIe, Adam on the host's cores, not overlapped; the optimizer
+  (fused Adam, 32 bytes per parameter of the GPU's shard at HBM speed).
+`executor=True` models the course's own executor instead: nothing overlapped, Adam unfused.
+Outputs step seconds, tokens/s and MFU (model FLOPs, no recomputation, over the GPUs' peak in the plan's precision).
 
     >>> from simlab.sim.model import PRESETS
     >>> from simlab.sim.hardware import cluster
     >>> from simlab.sim.hybrid import Plan
-    >>> t = step(PRESETS["megatron-1t"], Plan(tp=8, pp=64, recompute="full"), cluster(gpus=512), global_batch=512)
+    >>> t = step(PRESETS["megatron-1t"], Plan(tp=8, pp=64, recompute="full", attention="eager", overlap="none"),
+    ...          cluster(gpus=512), global_batch=512)
     >>> round(t["step_seconds"], 1), round(t["mfu"], 3)  # published: 94.42 s (Korthikanti Table 5)
-    (104.8, 0.384)
+    (96.8, 0.416)
 """
 from __future__ import annotations
 
@@ -39,132 +38,128 @@ import numpy as np
 
 from ..trace import Trace
 from .hardware import Cluster
-from .hybrid import ACTIVATION_BYTES, SCHEDULES, STATE_BYTES, Plan
-from .hybrid_memory import Knobs, knobs, layer_activation_bytes, stage_params
+from .hybrid import SCHEDULES, STATE_BYTES, Plan
+from .hybrid_layer import layer_seconds, output_seconds
+from .hybrid_memory import FIRST, LAST, MIDDLE, Knobs, knobs, stage_params
 from .model import Transformer
+from .network import all_gather, all_reduce, reduce_scatter, send
 
-# HBM bytes the element-wise ops move per byte of activations a layer keeps. Fitted, with the A100's matmul
-# efficiency, to the two forward times of one 22B layer in Korthikanti et al. 2022 Table 4 (7.7 ms; 7.2 ms
-# with sequence parallelism, which keeps fewer activations): every other published time the tests
-# compare with (Table 4's backward and recompute rows, Table 5, Narayanan et al.'s Table 1) is a prediction.
-K_ELEMENTWISE = 2.3
 ADAM_BYTES = 32  # per parameter a fused optimizer step reads and writes on the GPU (memory-bound)
 # The course's executor, fp32 and unfused: Adam's seven in-place or temporary passes (`exec.zero.adam_update`:
 # lerp 12, mul 8, addcmul 12, sqrt 8, div 8, add 8, addcdiv 16 bytes per parameter) plus DataParallelAdam's
 # gather of gradients and parameters into flat buffers, the 1/N scaling and the copy back (4 × 8).
 EXECUTOR_ADAM_BYTES = 72 + 32
-# Fixed costs, in operations (torch's aten calls) of `GPU.op_overhead` seconds each: nothing on a GPU's big
-# layers (the datasheet presets have op_overhead = 0), most of the step for lesson 6's tiny model on a CPU.
-# Counted on the course's own GPT (`simlab.exec.models`) by tests/exec/test_hybrid_ops.py, which fails if the
-# model's code changes its count: per layer forward and backward, the embedding + head + loss around them,
-# and per parameter tensor in the optimizer (gather into the flat buffer, scatter back) plus Adam's own.
-OPS_LAYER = {"forward": 39, "backward": 96}
-OPS_OUTSIDE = {"forward": 13, "backward": 17}
 OPS_PER_TENSOR, OPS_ADAM, TENSORS_PER_LAYER, TENSORS_OUTSIDE = 8, 16, 16, 5
 
 
-def _ring(steps, fraction, nbytes, alpha, bandwidth):
-    """α-β time of a ring collective: `steps` latencies and `fraction` of `nbytes` over the link."""
-    return steps * alpha + fraction * nbytes / bandwidth
-
-
-def _links(c: Cluster, k: Knobs):
-    """(α, bandwidth) of the TP, DP and PP groups: TP varies fastest in the rank grid, so a TP group stays
-    inside a node when t ≤ GPUs per node; a DP group spans t·d ranks; PP neighbours are t·d ranks apart."""
-    def link(inside):
-        return np.where(inside, c.gpu.intra_alpha, c.inter_alpha), np.where(inside, c.gpu.intra_bandwidth,
-                                                                             c.inter_bandwidth)
-    one_node = c.gpus <= c.gpus_per_node
-    return (link(one_node | (k.tp <= c.gpus_per_node)), link(one_node | (k.tp * k.dp <= c.gpus_per_node)),
-            link(one_node | (k.tp * k.dp * k.pp <= c.gpus_per_node)))
-
-
 def pipeline_factor(k: Knobs, m) -> np.ndarray:
-    """The pipeline's time in units of one micro-batch's stage time: m / (1 - bubble) = m + (p-1)/v, with
+    """The pipeline's time in units of one micro-batch's stage time, for equal stages: m + (p-1)/v, with
     v = 1 unless interleaved (GPipe's bubble equals 1F1B's; only its memory differs)."""
-    v = np.where(k.schedule == SCHEDULES.index("interleaved"), k.v, 1)
-    return m + (k.pp - 1) / v
+    return m + (k.pp - 1) / _chunks(k)
 
 
-def layer_seconds(model: Transformer, k: Knobs, c: Cluster, precision: str) -> dict:
-    """One layer, one micro-batch, on one GPU: forward, backward and recompute compute, and one TP
-    collective (`tp_collective`; 2 in the forward, 2 in the backward, 2 more under full recomputation)."""
-    gpu, s, h, a_b = c.gpu, model.seq, model.hidden, ACTIVATION_BYTES[precision]
-    tokens = k.b * s
-    (tp_a, tp_bw), _, _ = _links(c, k)
-    matmul = model.layer_flops(tokens) / k.tp / gpu.matmul_flops
-    work = matmul + K_ELEMENTWISE * layer_activation_bytes(model, k, recompute=0) * a_b / 2 / gpu.hbm_bandwidth
-    forward = work + OPS_LAYER["forward"] * gpu.op_overhead
-    backward = 2 * work + OPS_LAYER["backward"] * gpu.op_overhead
-    selective = (4 * tokens * s * h / k.tp / gpu.matmul_flops
-                 + K_ELEMENTWISE * 5 * model.heads * s * s * k.b / k.tp * a_b / 2 / gpu.hbm_bandwidth)
-    return {"matmul": matmul, "forward": forward, "backward": backward,
-            "recompute": np.where(k.recompute == 2, forward, np.where(k.recompute == 1, selective, 0)),
-            "tp_collective": np.where(k.tp > 1, _ring(2 * (k.tp - 1), 2 * (k.tp - 1) / k.tp, tokens * h * a_b,
-                                                      tp_a, tp_bw), 0)}
+def _chunks(k: Knobs):
+    return np.where(k.schedule == SCHEDULES.index("interleaved"), k.v, 1)
+
+
+def _exposed(comm, under, hides):
+    """What of `comm` seconds is left when it may run under `under` seconds of compute (if `hides`)."""
+    return np.where(hides, np.maximum(0, comm - under), comm)
+
+
+def _overlaps(k: Knobs, executor: bool):
+    """(dp, params, tp): what may hide behind compute; the course's executor hides nothing."""
+    return tuple(np.asarray(x, dtype=bool) & (not executor) for x in (k.overlap_dp, k.overlap_params, k.overlap_tp))
+
+
+def _stages(model, k, c, precision, executor):
+    """Per micro-batch: compute and exposed TP seconds of the first, fullest middle and last stage, the
+    hand-over, every stage's time added up, and one layer's pieces and hidden TP seconds."""
+    one, edge = layer_seconds(model, k, c, precision), output_seconds(model, k, c, precision)
+    tc = one["tp_collective"]
+    tp_fwd = _exposed(2 * tc, one["gemm"], _overlaps(k, executor)[2]) * (1 + (k.recompute == 2))
+    tp_bwd = _exposed(2 * tc, one["wgrad"], not executor)
+    tp_layer = tp_fwd + tp_bwd
+    hidden_layer = 2 * tc * (2 + (k.recompute == 2)) - tp_layer
+    # compute beside a hidden collective loses NCCL's SMs (`gpus.NCCL_SMS`)
+    per_layer = one["forward"] + one["backward"] + one["recompute"] + hidden_layer * c.gpu.overlap_cost
+    compute = {FIRST: k.first * per_layer + np.where(k.pp == 1, edge["logits"], 0), MIDDLE: k.mid * per_layer,
+               LAST: k.last * per_layer + edge["logits"]}
+    tp = {FIRST: k.first * tp_layer + edge["edges"], MIDDLE: k.mid * tp_layer,
+          LAST: k.last * tp_layer + np.where(k.pp == 1, 0, edge["edges"])}
+    stride, act = k.tp * k.dp, k.b * model.seq * model.hidden * (2 if precision != "fp32" else 4)
+    p2p = np.where(k.pp > 1, 2 * _chunks(k) * send(c, stride, k.pp, act / k.tp), 0)
+    total = (model.layers * (per_layer + tp_layer) + edge["logits"] + edge["edges"]
+             + np.where(k.pp > 1, k.pp * p2p, 0))
+    return one, compute, tp, p2p, total, hidden_layer
+
+
+def _dp_time(model, k, c, precision, one, layers, m, executor):
+    """(exposed, hidden) seconds of the DP/ZeRO collectives in one step, on the stage holding most parameters."""
+    p_b, g_b, _ = STATE_BYTES[precision]
+    params = np.maximum(np.maximum(stage_params(model, k, FIRST), stage_params(model, k, MIDDLE)),
+                        stage_params(model, k, LAST))
+    grads, weights, s = params * g_b, params * p_b, k.shard
+    replicas = k.dp // s
+    # frameworks reduce and gather layer by layer (FSDP's units, DDP's and DeepSpeed's buckets): one collective
+    # per layer, each paying its latency; the course's executor sends one flat buffer
+    n = 1 if executor else np.maximum(layers, 1)
+    across = np.where(replicas > 1, n * all_reduce(c, k.tp * s, replicas, grads / s / n), 0)  # HSDP's replica sum
+    reduce = np.where(k.zero == 0, n * all_reduce(c, k.tp, k.dp, grads / n),
+                      n * reduce_scatter(c, k.tp, s, grads / n) + across)
+    gather = n * all_gather(c, k.tp, s, weights / n)
+    forward, backward = layers * one["forward"], layers * (one["backward"] + one["recompute"])
+    dp, params_, _ = _overlaps(k, executor)
+    once = _exposed(reduce, backward, dp) + np.where(k.zero >= 1, _exposed(gather, forward, params_), 0)
+    zero2 = m * _exposed(reduce, backward, dp) + _exposed(gather, forward, params_)
+    first_layer = gather / np.maximum(layers, 1)  # ZeRO-3 prefetches each layer's gather but the first
+    zero3_fwd = np.where(params_, np.maximum(first_layer, gather - forward), gather)
+    both = np.where(params_, gather, 0) + np.where(dp, reduce, 0)  # what may run under the backward
+    zero3_bwd = np.maximum(0, both - backward) + np.where(params_, 0, gather) + np.where(dp, 0, reduce)
+    zero3 = m * (zero3_fwd + zero3_bwd)
+    exposed = np.where(k.dp == 1, 0, np.where(k.zero <= 1, once, np.where(k.zero == 2, zero2, zero3)))
+    sent = np.where(k.zero <= 1, reduce + np.where(k.zero == 1, gather, 0),
+                    np.where(k.zero == 2, m * reduce + gather, m * (2 * gather + reduce)))
+    return exposed, np.where(k.dp == 1, 0, sent - exposed), params
 
 
 def step(model: Transformer, plan, c: Cluster, global_batch: int, precision: str | None = None,
          executor: bool = False) -> dict:
-    """Seconds per step with a breakdown, tokens/s and MFU for `plan` (a `Plan`, or `Knobs` of arrays).
-    `executor`: False models a production framework — Megatron hides the backward's TP all-reduces behind
-    the weight-gradient matmuls, DDP the gradient reduction behind the last backward, Adam is fused; True
-    models the course's own executor (`simlab.exec.hybrid`, what `parity.hybrid` predicts), which runs every
-    collective in turn and Adam as separate passes (EXECUTOR_ADAM_BYTES)."""
-    k = knobs(plan) if isinstance(plan, Plan) else plan
+    """Seconds per step with a breakdown of exposed time (compute, tp_comm, pp_p2p, pp_bubble, dp_comm,
+    offload, optimizer; they add up to the step), `hidden` (TP and DP time that ran under compute), tokens/s
+    and MFU for `plan` (a `Plan`, or `Knobs` of arrays). `executor`: the course's own executor
+    (`simlab.exec.hybrid`, what `parity.hybrid` predicts), which overlaps nothing and runs Adam unfused."""
+    k = knobs(plan, model) if isinstance(plan, Plan) else plan
     precision = precision or plan.precision
-    (p_b, g_b, _), a_b = STATE_BYTES[precision], ACTIVATION_BYTES[precision]
-    gpu, s, h = c.gpu, model.seq, model.hidden
-    m, tokens, layers = global_batch // (k.dp * k.b), k.b * s, -(-model.layers // k.pp)
-    _, (dp_a, dp_bw), (pp_a, pp_bw) = _links(c, k)
+    gpu, m = c.gpu, global_batch // (k.dp * k.b)
+    one, compute, tp, p2p, total, tp_hidden = _stages(model, k, c, precision, executor)
+    stage_time = [compute[s] + tp[s] + p2p for s in (FIRST, MIDDLE, LAST)]
+    slowest = np.argmax(np.stack(np.broadcast_arrays(*stage_time)), axis=0)
 
-    one = layer_seconds(model, k, c, precision)
-    tc = one["tp_collective"]
-    layer_compute = one["forward"] + one["backward"] + one["recompute"]
-    hidden_bwd = np.maximum(0, 2 * tc - one["matmul"]) if not executor else 2 * tc  # the backward's pair hides
-    layer_tp = 2 * tc + np.where(k.recompute == 2, 2 * tc, 0) + hidden_bwd
-    logits = (3 * model.logits_flops(tokens) / k.tp / gpu.matmul_flops
-              + K_ELEMENTWISE * 4 * tokens * model.vocab / k.tp / gpu.hbm_bandwidth  # fp32 logits, loss
-              + sum(OPS_OUTSIDE.values()) * gpu.op_overhead)
-    v = np.where(k.schedule == SCHEDULES.index("interleaved"), k.v, 1)
-    p2p = np.where(k.pp > 1, 2 * v * (pp_a + tokens * h * a_b / k.tp / pp_bw), 0)  # act forward, grad back
-    # the vocabulary-parallel embedding all-reduces its (b, s, h) output; the loss its max, sum and target
-    # logit per token (4 bytes each): small beside the layers', not beside a tiny model's
-    (tp_a, tp_bw), _, _ = _links(c, k)
-    edge_tp = np.where(k.tp > 1, _ring(2 * (k.tp - 1), 2 * (k.tp - 1) / k.tp, tokens * h * a_b, tp_a, tp_bw)
-                       + 3 * _ring(2 * (k.tp - 1), 2 * (k.tp - 1) / k.tp, tokens * 4, tp_a, tp_bw), 0)
-    stage_compute, stage_tp = layers * layer_compute + logits, layers * layer_tp + edge_tp
-    stage = stage_compute + stage_tp + p2p
-    pipeline = stage * pipeline_factor(k, m)
+    def pick(d):  # the slowest stage's value of a {stage: seconds} dict
+        return np.choose(slowest, [d[FIRST], d[MIDDLE], d[LAST]])
+    t_max = pick(dict(enumerate(stage_time)))
+    pipeline = m * t_max + np.maximum(0, total - t_max) / _chunks(k)
+    layers = pick({FIRST: k.first, MIDDLE: k.mid, LAST: k.last})
+    dp_exposed, dp_hidden, params = _dp_time(model, k, c, precision, one, layers, m, executor)
 
-    # data parallel: gradients G and parameters W of this GPU's part, over the DP group
-    params = stage_params(model, k)
-    grads, weights, d = params * g_b, params * p_b, k.dp
-    reduce = np.where(k.zero == 0, _ring(2 * (d - 1), 2 * (d - 1) / d, grads, dp_a, dp_bw),  # all-reduce,
-                      _ring(d - 1, (d - 1) / d, grads, dp_a, dp_bw))  # or ZeRO's reduce-scatter
-    gather = _ring(d - 1, (d - 1) / d, weights, dp_a, dp_bw)  # ZeRO's all-gather of the updated parameters
-    # without pipelining the reduction overlaps the last micro-batch's backward (DDP's buckets); after a
-    # pipeline flush it runs alone, as in Megatron's published runs
-    last_backward = layers * (one["backward"] + one["recompute"])
-    overlapped = np.maximum(0, reduce - last_backward) if not executor else reduce
-    once = np.where(k.pp == 1, overlapped, reduce) + np.where(k.zero == 1, gather, 0)
-    per_mb = reduce + np.where(k.zero == 3, 2 * gather, 0)  # ZeRO-2/3: every micro-batch, beside its compute
-    many = m * np.maximum(0, per_mb - stage) + np.where(k.zero == 2, gather, 0)
-    dp_time = np.where(d == 1, 0, np.where(k.zero <= 1, once, many))
-
-    shard = np.where(k.zero >= 1, params / d, params)
-    pcie = shard * (2 + p_b) / gpu.host_bandwidth  # fp16 gradients down, parameters up
-    offload = np.where(k.offload, pcie + shard / (c.host_adam_rate / c.gpus_per_node), 0)
+    p_b = STATE_BYTES[precision][0]
+    shard = np.where(k.zero >= 1, params / k.shard, params)
+    offload = np.where(k.offload, shard * (2 + p_b) / gpu.host_bandwidth  # gradients down, parameters up
+                       + shard / (c.host_adam_rate / c.gpus_per_node), 0)
     tensors = layers * TENSORS_PER_LAYER + TENSORS_OUTSIDE
     optimizer = np.where(k.offload, 0, shard * (EXECUTOR_ADAM_BYTES if executor else ADAM_BYTES) / gpu.hbm_bandwidth
                          + (OPS_PER_TENSOR * tensors + OPS_ADAM) * gpu.op_overhead)
 
-    total = pipeline + dp_time + offload + optimizer
-    flops = model.model_flops(global_batch)
-    breakdown = {"compute": m * stage_compute, "tp_comm": m * stage_tp, "pp_p2p": m * p2p,
-                 "pp_bubble": pipeline - m * stage, "dp_comm": dp_time, "offload": offload, "optimizer": optimizer}
-    out = {"step_seconds": total, "tokens_per_second": global_batch * s / total,
-           "mfu": flops / (total * c.gpus * gpu.peak_flops), "breakdown": breakdown}
+    overlap = dp_hidden * gpu.overlap_cost  # compute slowed while the DP collectives ran beside it
+    seconds = pipeline + dp_exposed + offload + optimizer + overlap
+    peak = gpu.peak_flops_fp8 if precision == "fp8" and gpu.peak_flops_fp8 else gpu.peak_flops
+    breakdown = {"compute": m * pick(compute), "tp_comm": m * pick(tp), "pp_p2p": m * p2p,
+                 "pp_bubble": pipeline - m * t_max, "dp_comm": dp_exposed, "overlap": overlap, "offload": offload,
+                 "optimizer": optimizer}
+    out = {"step_seconds": seconds, "tokens_per_second": global_batch * model.seq / seconds,
+           "mfu": model.model_flops(global_batch) / (seconds * c.gpus * peak), "breakdown": breakdown,
+           "hidden": {"tp_comm": m * layers * tp_hidden, "dp_comm": dp_hidden}}
     if isinstance(plan, Plan):
         out = {key: ({b: float(x) for b, x in val.items()} if isinstance(val, dict) else float(val))
                for key, val in out.items()}

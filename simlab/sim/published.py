@@ -8,9 +8,10 @@ Sources (quoted in full, with where to find them, in ARCHITECTURE.md's "Measured
   (arXiv 2104.04473): Table 1 (teraFLOP/s per GPU, 1.7B to 1T on up to 3072 A100s).
 - Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training Trillion Parameter Models" (arXiv
   1910.02054): Figure 1 (model states per GPU, Ψ = 7.5B, 64 GPUs, K = 12: 120 / 31.4 / 16.6 / 1.9 GB).
-- BigScience BLOOM-176B training logs (bigscience-workshop/bigscience, tr11-176B-ml): 104.70 s per step.
-All on A100 80GB (DGX A100 nodes: 8 GPUs, NVLink, 8 × 200 Gb/s InfiniBand), with `hardware.cluster`'s
-one set of constants.
+- `simlab.sim.published_runs.RUNS`: 26 training runs of 2021–2025 nobody fitted (A100 and H100; Megatron,
+  DeepSpeed, FSDP, torchtitan, NeMo), each with its plan, throughput and stated assumptions (`validation`).
+The papers' runs are on A100 80GB (DGX A100 nodes: 8 GPUs, NVLink, 8 × 200 Gb/s InfiniBand); every GPU
+type has one set of constants (`simlab.sim.gpus`).
 
     >>> rows = korthikanti_table_5()
     >>> rows[0]["what"], rows[0]["published"]
@@ -24,13 +25,15 @@ from .hybrid_memory import per_gpu
 from .hybrid_time import step
 from .memory import per_gpu_bytes
 from .model import NARAYANAN_SHAPES, PRESETS
+from .published_runs import RUNS
 
 GIB = 2**30
 # Korthikanti Table 3 plans: model, plan, global batch, GPUs
-KORTHIKANTI_RUNS = {"22B": ("megatron-22b", Plan(tp=8, microbatch=4), 4, 8),
-                    "175B": ("gpt3-175b", Plan(tp=8, pp=8, schedule="interleaved", chunks=3), 64, 64),
-                    "530B": ("megatron-530b", Plan(tp=8, pp=35, schedule="interleaved", chunks=3), 280, 280),
-                    "1T": ("megatron-1t", Plan(tp=8, pp=64), 512, 512)}
+OLD = dict(attention="eager", overlap="none")  # Megatron-LM 2021-22: fused softmax, no DP overlap with PP
+KORTHIKANTI_RUNS = {"22B": ("megatron-22b", Plan(tp=8, microbatch=4, **OLD), 4, 8),
+                    "175B": ("gpt3-175b", Plan(tp=8, pp=8, schedule="interleaved", chunks=3, **OLD), 64, 64),
+                    "530B": ("megatron-530b", Plan(tp=8, pp=35, schedule="interleaved", chunks=3, **OLD), 280, 280),
+                    "1T": ("megatron-1t", Plan(tp=8, pp=64, **OLD), 512, 512)}
 # Figure 1, GiB: parameters + optimizer state of the layers; activations, baseline and with SP + selective
 KORTHIKANTI_FIGURE_1 = {"22B": (45.5625, 59.25, 9.5625), "175B": (45.5625, 66.84375, 12.3515625),
                         "530B": (31.640625, 114.0234375, 23.076171875), "1T": (32.958984375, 131.25, 26.5625)}
@@ -86,7 +89,7 @@ def narayanan_plan(size: str, tp: int, pp: int, gpus: int, batch: int) -> Plan:
     allows: the paper does not give v)."""
     dp = gpus // (tp * pp)
     v = 2 if pp > 1 and (batch // dp) % pp == 0 else 1
-    plan = Plan(tp=tp, pp=pp, dp=dp, recompute="full", schedule="interleaved" if v > 1 else "1f1b", chunks=v)
+    plan = Plan(tp=tp, pp=pp, dp=dp, recompute="full", schedule="interleaved" if v > 1 else "1f1b", chunks=v, **OLD)
     check_plan(PRESETS[f"megatron-{size}-2021"], plan, gpus, batch)
     return plan
 
@@ -102,9 +105,24 @@ def narayanan_table_1() -> list[dict]:
     return rows
 
 
-def bloom() -> list[dict]:
-    """BLOOM-176B on 384 A100s: TP 4, PP 12, DP 8, micro-batch 2, batch 2048, ZeRO-1, full recomputation;
-    its nodes had 4 × 100 Gb/s Omni-Path instead of 8 × 200 Gb/s InfiniBand."""
-    plan = Plan(tp=4, pp=12, dp=8, microbatch=2, zero=1, recompute="full")
-    seconds = step(PRESETS["bloom-176b"], plan, cluster(gpus=384, inter_node_gbps=400), 2048)["step_seconds"]
-    return [_row("BLOOM-176B, 384 GPUs", 104.70, seconds)]
+def _predict(run, **changes):
+    gbps = changes.pop("inter_node_gbps", run.inter_node_gbps)
+    c = cluster(run.gpu, gpus=run.gpus, inter_node_gbps=gbps)
+    plan = run.plan.with_(**changes)
+    check_plan(run.model, plan, run.gpus, run.global_batch)
+    return c, plan, step(run.model, plan, c, run.global_batch)["tokens_per_second"] / run.gpus
+
+
+def validation() -> list[dict]:
+    """Every published run: tokens/s per GPU published and ours, the error, the range the unknown knobs'
+    alternatives span, peak memory per GPU (GiB) where published, and whether the model says it fits."""
+    rows = []
+    for run in RUNS:
+        c, plan, ours = _predict(run)
+        mem = per_gpu(run.model, plan, run.global_batch)
+        swing = [_predict(run, **alt)[2] / run.published - 1 for alt in run.alternatives]
+        rows.append({**_row(run.key, run.published, ours), "gpu": run.gpu, "gpus": run.gpus,
+                     "framework": run.framework, "printed": run.printed, "swing": swing,
+                     "memory_gib": run.memory_gib, "ours_gib": mem["total"] / GIB,
+                     "fits": bool(mem["total"] <= c.gpu.usable_memory)})
+    return rows

@@ -48,15 +48,19 @@ class Run:
     memory_gib: float | None = None  # the published peak memory per GPU
     assumptions: tuple = ()
     swing: str = ""  # the unknown knobs that could move the prediction, and how
+    # the swing, priced: other values of the unknown knobs (Plan fields, or inter_node_gbps), each evaluated
+    # beside the fixed assumption to show the range it spans (added after the first predictions; the fixed
+    # assumption above is what every error and target is judged on)
+    alternatives: tuple = ()
 
 
-def megatron_flops_per_token(model: Transformer) -> float:
+def megatron_flops_per_token(model: Transformer, causal: bool = True) -> float:
     """Megatron-LM's model FLOPs per token (training.py `transformer_flops`): 6 × (the layers' weights, the
-    logits) + the causal attention's 6·s·h per layer."""
+    logits) + the causal attention's 6·s·h per layer (`causal=False`: 12·s·h, NeMo 24.x's count)."""
     h, q = model.hidden, model.hidden
     mlp = (3 if model.gated else 2) * h * model.ffn_width
     attn = h * (q + 2 * model.kv_width) + q * h
-    return 6 * (model.layers * (attn + mlp) + h * model.vocab) + 6 * model.seq * model.layers * h
+    return 6 * (model.layers * (attn + mlp) + h * model.vocab) + (6 if causal else 12) * model.seq * model.layers * h
 
 
 def _per_gpu_from_step(seconds: float, batch: int, seq: int, gpus: int) -> float:
@@ -86,7 +90,8 @@ RUNS = (
         "Megatron-DeepSpeed", M["bloom-176b"], "a100-80gb", 384, 400,
         P(tp=4, pp=12, dp=8, microbatch=2, zero=1, recompute="full", stage_layers=(5,) + (6,) * 10 + (5,),
           **MEGATRON_OLD), 2048, _per_gpu_from_step(104.70, 2048, 2048, 384), "104.70 s/iteration",
-        assumptions=("4 Omni-Path links per node at 100 Gb/s each",), swing="the network (speed not stated)"),
+        assumptions=("4 Omni-Path links per node at 100 Gb/s each",), swing="the network (speed not stated)",
+        alternatives=({"inter_node_gbps": 200}, {"inter_node_gbps": 800})),
     Run("megatron-gpt3-175b", "NVIDIA/Megatron-LM README GPT-3 example @ 152aab3 (~32 s/it, 138 TFLOP/s)",
         "Megatron-LM 2021", M["gpt3-175b"], "a100-80gb", 1024, 1600,
         P(tp=8, pp=16, dp=8, recompute="full", **MEGATRON_OLD), 1536, _per_gpu_from_step(32, 1536, 2048, 1024),
@@ -101,13 +106,15 @@ RUNS = (
         P(tp=4, pp=8, dp=24, zero=1, recompute="full", attention="eager", overlap="none", precision="mixed"),
         4224, _per_gpu_from_step(88.5, 4224, 2048, 768), "88.5 s/iteration",
         assumptions=("ZeRO-1 (a secondary summary)", "full recomputation ('re-materialization')",
-                     "DGX-A100 network, 8 × 200 Gb/s"), swing="ZeRO stage and recompute granularity"),
+                     "DGX-A100 network, 8 × 200 Gb/s"), swing="ZeRO stage and recompute granularity",
+        alternatives=({"zero": 0}, {"recompute": "selective"})),
     Run("bloomberggpt-50b", "Wu et al. 2023 (arXiv 2303.17564) §3.4, Table 4 (32.5 s/step)",
         "SageMaker model parallel (ZeRO-3 + MiCS)", M["bloomberggpt-50b"], "a100-40gb", 512, 400,
         P(dp=512, zero=3, shard=128, microbatch=4, recompute="full", attention="eager", overlap="dp,params"),
         2048, _per_gpu_from_step(32.5, 2048, 2048, 512), "32.5 s/step",
         assumptions=("micro-batch 4: the whole per-GPU batch at once", "the 32.5 s is the batch-2048 phase"),
-        swing="micro-batch (with ZeRO-3 every micro-batch gathers the parameters again)"),
+        swing="micro-batch (with ZeRO-3 every micro-batch gathers the parameters again)",
+        alternatives=({"microbatch": 1}, {"microbatch": 2})),
     Run("ds-zero3-175b", "DeepSpeed blog 2022 'ZeRO-3 on Azure NDm A100 v4' (204.49 TFLOPs/GPU, 256 GPUs)",
         "Megatron-DeepSpeed ZeRO-3", GPT3_DS.with_(seq=512), "a100-80gb", 256, 1600,
         P(dp=256, microbatch=32, **DS_AZURE), 32 * 256, _ds_azure(GPT3_DS.with_(seq=512), 32 * 256, 256, 204.49),
@@ -133,11 +140,11 @@ RUNS = (
         "PyTorch FSDP", M["llama2-7b"], "a100-80gb", 128, 400,
         P(dp=128, shard=8, microbatch=2, precision="mixed", **FSDP), 256, 3700, "3700 tokens/s/GPU",
         assumptions=("400 Gb/s per node", "sequence 4096 (the config's default)", "no gradient accumulation"),
-        swing="the network (per node or per GPU)"),
+        swing="the network (per node or per GPU)", alternatives=({"inter_node_gbps": 3200},)),
     Run("fms-70b", "fms-fsdp README @ 4ffb9bd (A100 80G, 128 GPUs)", "PyTorch FSDP", M["llama2-70b"], "a100-80gb",
         128, 400, P(dp=128, microbatch=2, recompute="full", precision="mixed", **FSDP), 256, 370,
         "370 tokens/s/GPU", assumptions=("400 Gb/s per node", "sequence 4096", "no gradient accumulation"),
-        swing="the network (per node or per GPU)"),
+        swing="the network (per node or per GPU)", alternatives=({"inter_node_gbps": 3200},)),
     # ---- H100
     Run("llama3-405b-8k", "Dubey et al. 2024 (arXiv 2407.21783) Table 4 (8,192 GPUs, 430 TFLOPs/GPU)",
         "Meta (FSDP + TP + PP)", L3, "h100-80gb", 8192, 3200,
@@ -147,22 +154,25 @@ RUNS = (
         assumptions=("micro-batch 1", "v = 8: 'the first model chunk on the first stage has only the embedding' "
                      "with one layer fewer on the end stages means one layer per chunk",
                      "sequence parallel with TP", "Megatron's FLOP count", "FlashAttention"),
-        swing="micro-batch and v (not stated)"),
+        swing="micro-batch and v (not stated)", alternatives=({"microbatch": 2}, {"chunks": 4})),
     Run("llama3-405b-16k", "Dubey et al. 2024 Table 4 (16,384 GPUs, DP 128, 400 TFLOPs/GPU)",
         "Meta (FSDP + TP + PP)", L3, "h100-80gb", 16384, 3200,
         P(tp=8, pp=16, dp=128, schedule="interleaved", chunks=8, zero=1, sequence_parallel=True,
           stage_layers=(7,) + (8,) * 14 + (7,), **TITAN), 2048, 400e12 / megatron_flops_per_token(L3),
-        "400 TFLOPs/GPU (BF16 MFU 41 %)", assumptions=("as llama3-405b-8k",), swing="micro-batch and v"),
+        "400 TFLOPs/GPU (BF16 MFU 41 %)", assumptions=("as llama3-405b-8k",), swing="micro-batch and v",
+        alternatives=({"chunks": 4},)),
     Run("torchtitan-8b-8", "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md @ 820504e, Table 1",
         "torchtitan FSDP2 + compile", M["llama3-8b"], "h100-96gb-hbm2e", 8, 3200,
         P(dp=8, microbatch=2, zero=3, recompute="selective", **TITAN), 16, 6667, "6,667 TPS/GPU", memory_gib=77.0,
         assumptions=("sequence 8192 (the toml's)", "op-level selective checkpointing modelled as 'selective' "
                      "(under flash: nothing recomputed, everything kept)"),
-        swing="selective checkpointing recomputes every second matmul: slower and smaller than modelled"),
+        swing="selective checkpointing recomputes every second matmul: slower and smaller than modelled",
+        alternatives=({"recompute": "full"},)),
     Run("torchtitan-8b-128", "torchtitan benchmarks @ 820504e, Table 3", "torchtitan FSDP2 + compile",
         M["llama3-8b"], "h100-96gb-hbm2e", 128, 3200,
         P(dp=128, microbatch=2, zero=3, recompute="selective", **TITAN), 256, 6514, "6,514 TPS/GPU",
-        memory_gib=62.0, assumptions=("as torchtitan-8b-8",), swing="as torchtitan-8b-8"),
+        memory_gib=62.0, assumptions=("as torchtitan-8b-8",), swing="as torchtitan-8b-8",
+        alternatives=({"recompute": "full"},)),
     Run("torchtitan-70b-256", "torchtitan benchmarks @ 820504e, Table 4 (2D, Float8, compile)",
         "torchtitan FSDP2 + TP", M["llama3-70b"], "h100-96gb-hbm2e", 256, 3200,
         P(tp=8, dp=32, microbatch=16, zero=3, sequence_parallel=True, recompute="full",
@@ -173,7 +183,9 @@ RUNS = (
         P(tp=8, pp=8, dp=8, zero=1, sequence_parallel=True, recompute="full",
           **(TITAN | dict(precision="fp8", overlap="dp,params,tp"))), 256, 100, "100 TPS/GPU", memory_gib=82.5,
         assumptions=("micro-batch 1 (torchtitan's default), so 32 per pipeline", "sequence 8192",
-                     "an even split, 16 layers on the fullest stage"), swing="micro-batch"),
+                     "an even split, 16 layers on the fullest stage"),
+        swing="micro-batch; whether FSDP reduce-scatters every micro-batch under PP (ZeRO-2's rhythm)",
+        alternatives=({"microbatch": 2}, {"zero": 2})),
     Run("dgxc-gpt3-175b-bf16", "NVIDIA/dgxc-benchmarking 25.01.1 nemo_megatron/README_175b.md (8.91 s/step)",
         "NeMo 24.09", M["gpt3-175b"], "h100-80gb", 128, 3200,
         P(tp=4, pp=8, dp=4, chunks=12, precision="mixed-fp32-grads", **NEMO), 256,

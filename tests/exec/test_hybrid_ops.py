@@ -1,12 +1,13 @@
 """The time model's fixed costs count operations of the course's own GPT: hold the counts to the code.
 
-`sim/hybrid_time.py` cannot import torch, so its constants (OPS_LAYER, OPS_OUTSIDE, TENSORS_*) are numbers;
+`sim/hybrid_layer.py` and `sim/hybrid_time.py` cannot import torch, so their constants (OPS_LAYER, OPS_OUTSIDE, TENSORS_*) are numbers;
 these tests count the aten calls of `simlab.exec.models`' block and GPT with a TorchDispatchMode and fail as
 soon as a change to the model's code changes them."""
 import torch
 
 from simlab.exec.hybrid_calibrate import CountOps
 from simlab.exec.models import gpt_loss, make_gpt, make_tokens
+from simlab.sim import hybrid_layer as hl
 from simlab.sim import hybrid_time as ht
 
 
@@ -22,7 +23,7 @@ def test_a_layer_forward_and_backward_make_the_counted_aten_calls():
     forward, y = counted(lambda: gpt.blocks[0](x))
     backward, _ = counted(lambda: y.sum().backward())
     sum_op = 1  # y.sum() is the test's, not the layer's; its backward expands one gradient
-    assert (forward, backward - sum_op) == (ht.OPS_LAYER["forward"], ht.OPS_LAYER["backward"])
+    assert (forward, backward - sum_op) == (hl.OPS_LAYER["forward"], hl.OPS_LAYER["backward"])
 
 
 def test_embedding_head_and_loss_make_the_rest():
@@ -31,8 +32,8 @@ def test_embedding_head_and_loss_make_the_rest():
     forward, loss = counted(lambda: gpt_loss(gpt(x), y))
     backward, _ = counted(loss.backward)
     layers = len(gpt.blocks)
-    assert forward - layers * ht.OPS_LAYER["forward"] == ht.OPS_OUTSIDE["forward"]
-    assert backward - layers * ht.OPS_LAYER["backward"] == ht.OPS_OUTSIDE["backward"]
+    assert forward - layers * hl.OPS_LAYER["forward"] == hl.OPS_OUTSIDE["forward"]
+    assert backward - layers * hl.OPS_LAYER["backward"] == hl.OPS_OUTSIDE["backward"]
 
 
 def test_parameter_tensors_per_layer_and_outside():

@@ -11,8 +11,10 @@ from simlab.sim.hardware import cluster  # noqa: E402
 from simlab.sim.hybrid import Plan  # noqa: E402
 from simlab.sim.mesh import Mesh  # noqa: E402
 from simlab.sim.model import PRESETS  # noqa: E402
-from simlab.render.hybrid import (KINDS, MEMORY_COLOR, TEXT_WIDTH, advisor_text, draw_mesh,  # noqa: E402
-                                  draw_plan_memory, draw_time_breakdown, mesh_text)
+from simlab.render.hybrid import (KINDS, MEMORY_COLOR, TEXT_WIDTH, draw_mesh, draw_plan_memory,  # noqa: E402
+                                  draw_time_breakdown, mesh_text)
+from simlab.render.hybrid_advisor import advisor_text  # noqa: E402
+from simlab.sim.advisor_explain import tie_line  # noqa: E402
 from simlab.render.mpl import figure_png  # noqa: E402
 from simlab.render.zero import PART_COLOR  # noqa: E402
 
@@ -192,13 +194,13 @@ def test_advisor_text_best_plan_first(found):
     lines = text.splitlines()
     assert lines[0] == f"{found['plans']} plans evaluated, {sum(found['rejected'].values())} rejected; " \
                        "the 3 fastest that fit:"
-    assert lines[1].split() == ["#", "tp", "pp", "dp", "b", "schedule×v", "zero", "offload", "SP", "recompute",
-                                "GB/GPU", "s/step", "MFU"]
+    assert lines[1].split() == ["#", "tp", "pp", "dp", "b", "schedule×v", "stages", "zero", "offload", "SP",
+                                "recompute", "GB/GPU", "s/step", "MFU"]
     best = found["best"]
     assert best == found["candidates"][0]
     c, yes = best["config"], {True: "yes", False: "no"}
     schedule = c["schedule"] + (f"×{c['chunks']}" if c["chunks"] > 1 else "")
-    assert lines[2].split() == ["1", *(str(c[k]) for k in ("tp", "pp", "dp", "microbatch")), schedule,
+    assert lines[2].split() == ["1", *(str(c[k]) for k in ("tp", "pp", "dp", "microbatch")), schedule, "—",
                                 str(c["zero"]), yes[c["offload"]], yes[c["sequence_parallel"]], c["recompute"],
                                 f"{best['bytes_per_gpu']['total'] / GB:.2f}", f"{best['step_seconds']:.4g}",
                                 f"{best['mfu']:.1%}"]
@@ -206,17 +208,22 @@ def test_advisor_text_best_plan_first(found):
     assert [line.split()[0] for line in lines[2:5]] == ["1", "2", "3"] and lines[5] == "why:"
     assert lines[6:6 + len(found["explanation"])] == [f"  {e}" for e in found["explanation"]]
     assert lines[6].startswith(f"  best: {family(c)}")
-    assert ("notes:" in lines) == bool(found["notes"])
-    rejected = lines[lines.index("rejected:") + 1:]
-    reasons = list(found["rejected"].items())
-    assert rejected[:8] == [f"  {n:>6}  {reason}" for reason, n in reasons[:8]]
-    assert rejected[8:] == ([f"  {sum(n for _, n in reasons[8:]):>6}  … for {len(reasons) - 8} more reasons"]
-                            if len(reasons) > 8 else [])
+    assert lines[6 + len(found["explanation"])] == f"  {tie_line(found['ties'])}"  # 1.7B: DDP and ZeRO tie
+    assert ("notes:" in lines) == bool(found["notes"]) and ("rejected:" in lines) == bool(found["rejected"])
     assert text == advisor_text(found, top=3)
 
 
+def test_advisor_text_marks_hsdp_and_lighter_end_stages():
+    found = search(PRESETS["gpt3-175b"], cluster(gpus=256), 512, shard=4, pp=8, schedule="1f1b")
+    rows = [line.split() for line in advisor_text(found, top=10).splitlines()[2:12]]
+    for row, plan in zip(rows, found["candidates"]):
+        c = plan["config"]
+        assert row[6] == ("ends-1" if c["stage_layers"] else "even")
+        assert row[7] == str(c["zero"]) + (f"/{c['shard']}" if c["shard"] else "")
+
+
 def test_advisor_text_notes_schedules_and_nothing_fits():
-    big = search(PRESETS["gpt3-175b"], cluster(gpus=64), global_batch=512)
+    big = search(PRESETS["gpt3-175b"], cluster(gpus=1024), global_batch=1536)  # many nodes: FSDP ties
     text = advisor_text(big)
     assert "notes:" in text and big["notes"][0] in text
     best = big["best"]["config"]
@@ -226,6 +233,16 @@ def test_advisor_text_notes_schedules_and_nothing_fits():
     lines = advisor_text(none).splitlines()
     assert lines[0] == f"{none['plans']} plans evaluated, {none['plans']} rejected: no plan fits"
     assert lines[1] == "why:" and lines[2].startswith("  nothing fits")
+
+
+def test_advisor_text_lists_the_rejections():
+    found = search(PRESETS["megatron-18.4b-2021"], cluster(gpus=8), 64)
+    lines = advisor_text(found, top=3).splitlines()
+    rejected = lines[lines.index("rejected:") + 1:]
+    reasons = list(found["rejected"].items())
+    assert rejected[:8] == [f"  {n:>6}  {reason}" for reason, n in reasons[:8]]
+    assert rejected[8:] == ([f"  {sum(n for _, n in reasons[8:]):>6}  … for {len(reasons) - 8} more reasons"]
+                            if len(reasons) > 8 else [])
 
 
 def test_advisor_text_sums_the_rarer_rejections():

@@ -6,7 +6,7 @@ import pytest
 
 matplotlib.use("Agg")
 
-from simlab.render.hybrid import advisor_text  # noqa: E402
+from simlab.render.hybrid_advisor import advisor_text  # noqa: E402
 from simlab.render.hybrid_run import TOLERANCE, draw_predicted_vs_real, run_text, time_text  # noqa: E402
 from simlab.render.hybrid_widgets import (GANTT_ACTIONS, SHOWN, scaled_down, strategy_explorer,  # noqa: E402
                                           strategy_frame)

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 import simlab.sim.hardware as hw
-from simlab.sim.hardware import GB, GPUS, calibrated_gpu, calibration_path, cluster, load_calibration, save_calibration
+from simlab.sim.gpus import GB
+from simlab.sim.hardware import GPUS, calibrated_gpu, calibration_path, cluster, load_calibration, save_calibration
 
 FIELDS = {"matmul_flops": 4.2e10, "elementwise_bandwidth": 6e9, "op_overhead": 6.5e-6, "ring_alpha": 8e-4,
           "ring_bandwidth": 1.1e9, "backend": "gloo", "date": "2025-01-01T00:00:00", "cpu_count": 2}
@@ -21,18 +22,25 @@ def calib(tmp_path, monkeypatch):
     return path
 
 
-def test_presets_unchanged():
-    a100, h100, rtx = GPUS["a100-80gb"], GPUS["h100-80gb"], GPUS["rtx-4090"]
+def test_presets_hold_their_sources_numbers():
+    """Datasheets, mamf-finder's best GEMMs, nccl-tests' bus bandwidths and what torch reports as memory."""
+    a100, h100, h200, b200, rtx = (GPUS[k] for k in ("a100-80gb", "h100-80gb", "h200", "b200", "rtx-4090"))
     assert (a100.peak_flops, a100.matmul_efficiency, a100.hbm_bandwidth, a100.intra_bandwidth, a100.intra_alpha,
-            a100.host_bandwidth, a100.memory) == (312e12, 0.68, 2039 * GB, 235 * GB, 3.4e-6, 25 * GB, 80 * GB)
-    assert (h100.peak_flops, h100.matmul_efficiency, h100.hbm_bandwidth, h100.intra_bandwidth) == (989e12, 0.63,
-                                                                                                 3350 * GB, 376 * GB)
-    assert (rtx.peak_flops, rtx.memory, rtx.intra_alpha) == (165.2e12, 24 * GB, 5.7e-6)
-    assert all(g.op_overhead == 0.0 for g in GPUS.values())  # the new field leaves every preset as it was
+            a100.host_bandwidth, a100.memory) == (312e12, 0.869, 2039 * GB, 235 * GB, 3.4e-6, 25 * GB, 81_049 * 2**20)
+    assert (h100.peak_flops, h100.matmul_efficiency, h100.hbm_bandwidth, h100.intra_bandwidth, h100.nvls_bandwidth,
+            h100.peak_flops_fp8, h100.fp8_efficiency, h100.memory) == (989e12, 0.803, 3350 * GB, 370 * GB, 480 * GB,
+                                                                      1979e12, 0.709, 81_082 * 2**20)
+    assert (h200.hbm_bandwidth, h200.memory, h200.fp8_efficiency) == (4800 * GB, 143_156 * 2**20, 0.734)
+    assert (b200.peak_flops, b200.peak_flops_fp8, b200.matmul_efficiency, b200.flash) == (2250e12, 4500e12, 0.776,
+                                                                                           None)
+    assert (rtx.peak_flops, rtx.intra_alpha, rtx.nvls_bandwidth) == (165.2e12, 5.7e-6, 0.0)
+    assert GPUS["a100-40gb"].memory == 42_298_834_944
+    assert all(g.op_overhead == 0.0 for g in GPUS.values())
     placeholder = GPUS["cpu-this-machine"]
-    assert (placeholder.peak_flops, placeholder.source) == (50e9, "placeholder until calibrated on this machine")
-    c = cluster("a100-80gb", gpus=16)
-    assert (c.nodes, c.gpus_per_node, c.inter_bandwidth) == (2, 8, 22.5e9)
+    assert (placeholder.peak_flops, placeholder.source, placeholder.roofline) == (
+        50e9, "placeholder until calibrated on this machine", False)
+    c = cluster("a100-80gb", gpus=16)  # 1600 Gb/s per node, 95 % reached, shared by 8 GPUs
+    assert (c.nodes, c.gpus_per_node, c.inter_bandwidth) == (2, 8, pytest.approx(1600 / 8 * 1e9 * 0.95 / 8))
     assert cluster(gpus=4).gpus_per_node == 4 and cluster(gpus=64, gpus_per_node=4).nodes == 16
 
 

@@ -1,8 +1,10 @@
 """Memory per GPU for 3-D plans: Korthikanti et al. 2022's Figure 1 and Table 2, the ZeRO paper's model
-states, and the pipeline schedules' in-flight micro-batches."""
+states, the pipeline schedules' in-flight micro-batches, FlashAttention, no dropout, FP8, HSDP, unequal stages,
+and the GPU's usable memory."""
 import numpy as np
 import pytest
 
+from simlab.sim.gpus import GPUS
 from simlab.sim.hybrid import Plan
 from simlab.sim.hybrid_memory import knobs, layer_activation_bytes, per_gpu
 from simlab.sim.memory import per_gpu_bytes
@@ -25,7 +27,8 @@ def test_the_baseline_does_not_fit_and_the_present_work_does(size):
     plan = plan.with_(precision="mixed-fp32-grads")
     base = per_gpu(PRESETS[name], plan, batch)
     work = per_gpu(PRESETS[name], plan.with_(sequence_parallel=True, recompute="selective"), batch)
-    assert base["total"] > 80e9 > work["total"]  # "the baseline is above the 80GB memory": the paper's point
+    usable = GPUS["a100-80gb"].usable_memory
+    assert base["total"] > usable > work["total"]  # "the baseline is above the 80GB memory": the paper's point
     assert 0 < base["activations"] - base["layer_activations"] < 0.01 * base["layer_activations"]  # embedding terms
 
 
@@ -43,9 +46,30 @@ def test_korthikanti_table_2_per_layer(t):
     for (sp, rec), want in cases.items():
         if sp and t == 1:
             continue
-        got = layer_activation_bytes(m, knobs(Plan(tp=t, sequence_parallel=sp, recompute=rec)))
-        assert float(got) == pytest.approx(want, rel=1e-12), (sp, rec)
+        plan = Plan(tp=t, sequence_parallel=sp, recompute=rec, attention="eager")
+        got = layer_activation_bytes(m, knobs(plan, m))
+        assert float(got) == pytest.approx(want if not (sp and rec == "full") else want / t, rel=1e-12), (sp, rec)
     assert as_h == 80  # "5as/h = 80" for GPT-3, as the paper says
+
+
+def test_flash_attention_keeps_selective_recomputations_memory_without_recomputing():
+    """No s² scores, only a row's log-sum-exp (4 bytes per head and token); selective has nothing left to drop."""
+    m, sbh = PRESETS["gpt3-175b"], _sbh()
+    flash = {r: float(layer_activation_bytes(m, knobs(Plan(tp=8, recompute=r), m))) for r in ("none", "selective")}
+    eager = float(layer_activation_bytes(m, knobs(Plan(tp=8, recompute="selective", attention="eager"), m)))
+    assert flash["none"] == flash["selective"] == pytest.approx(eager + 4 * 96 * 2048 / 8)
+    assert flash["none"] == pytest.approx(sbh * (10 + 24 / 8) + 4 * 96 * 2048 / 8)
+
+
+def test_no_dropout_drops_its_masks_and_fp8_halves_the_gemm_inputs():
+    llama = PRESETS["llama2-7b"]  # no dropout, gated, 32 heads
+    sbh, h, f = 4096 * 4096, 4096, 11008
+    split = 4 + 4 + 6 * f / h  # kv = h: 4 + 4·kv/h
+    plan = Plan(attention="eager")
+    assert float(layer_activation_bytes(llama, knobs(plan, llama))) == pytest.approx(
+        sbh * (8 + split + 2 * 32 * 4096 / h))  # the softmax's output alone, 2as/h
+    fp8 = float(layer_activation_bytes(llama, knobs(plan, llama), fp8=True))
+    assert fp8 == pytest.approx(sbh * (6 + split - 1 - f / h + 2 * 32 * 4096 / h))  # 4 GEMM inputs in one byte
 
 
 @pytest.mark.parametrize("name", ["gpt3-175b", "llama2-70b", "megatron-1.7b-2021"])
@@ -54,7 +78,7 @@ def test_model_states_are_lesson_3s_zero_model(name, dp, zero):
     """Without TP or PP, the states are `simlab.sim.memory.per_gpu_bytes` of the whole model (the ZeRO
     paper's Figure 1 model, tested exactly there), plus ZeRO-3's one gathered layer."""
     m = PRESETS[name]
-    got = per_gpu(m, Plan(dp=dp, zero=zero), global_batch=dp)
+    got = per_gpu(m, Plan(dp=dp, zero=zero, overlap="none"), global_batch=dp)
     want = per_gpu_bytes(m.params, dp, zero, precision="mixed")
     gathered = m.layer_params * 4 if zero == 3 else 0  # weights and gradients of the layer at work, 2 + 2 B
     assert (got["params"], got["grads"], got["optimizer"]) == (want["params"] + gathered, want["grads"],
@@ -70,9 +94,9 @@ def test_offload_moves_gradients_and_optimizer_to_the_host():
 
 def test_pipeline_schedules_hold_different_numbers_of_micro_batches():
     m = Transformer("x", layers=8, hidden=1024, heads=16, seq=1024, vocab=1000)
-    act = {s: per_gpu(m, Plan(pp=4, dp=1, schedule=s, chunks=2 if s == "interleaved" else 1),
+    act = {s: per_gpu(m, Plan(pp=4, dp=1, schedule=s, chunks=2 if s == "interleaved" else 1, attention="eager"),
                       global_batch=16)["layer_activations"] for s in ("gpipe", "1f1b", "interleaved")}
-    one = float(layer_activation_bytes(m, knobs(Plan(pp=4))))
+    one = float(layer_activation_bytes(m, knobs(Plan(pp=4, attention="eager"), m)))
     assert act["gpipe"] == 16 * 2 * one  # m = 16 micro-batches of the stage's 2 layers
     assert act["1f1b"] == 4 * 2 * one  # p = 4: L layers' worth whatever p is
     assert act["interleaved"] == pytest.approx(act["1f1b"] * (1 + 3 / 8))  # ×(1 + (p-1)/(pv))
@@ -80,20 +104,48 @@ def test_pipeline_schedules_hold_different_numbers_of_micro_batches():
 
 def test_full_recompute_keeps_inputs_and_one_working_layer_and_fp32_doubles():
     m = PRESETS["megatron-22b"]
-    full = per_gpu(m, Plan(tp=8, microbatch=4, recompute="full"), 4)
+    full = per_gpu(m, Plan(tp=8, microbatch=4, recompute="full", attention="eager"), 4)
     sbh = 2048 * 4 * 6144
     assert full["layer_activations"] == 48 * 2 * sbh
-    working = float(layer_activation_bytes(m, knobs(Plan(tp=8, microbatch=4))))
-    extra = sbh / 8 + 4 * sbh / 8 * (1 + 51200 / 6144)  # embedding dropout; without PP the fp32 logits
+    working = float(layer_activation_bytes(m, knobs(Plan(tp=8, microbatch=4, attention="eager"), m)))
+    extra = sbh / 8 + 4 * sbh / 8 * (1 + 51200 / 6144)  # embedding dropout; without PP the final norm, fp32 logits
     assert full["activations"] == pytest.approx(48 * 2 * sbh + working + extra)
-    fp32 = per_gpu(m, Plan(tp=8, microbatch=4, recompute="full", precision="fp32"), 4)
-    assert fp32["activations"] == pytest.approx(2 * full["activations"])
+    fp32 = per_gpu(m, Plan(tp=8, microbatch=4, recompute="full", precision="fp32", attention="eager"), 4)
+    logits = 4 * sbh / 8 * (1 + 51200 / 6144)  # Korthikanti: bytes, fp32 whatever the precision
+    assert fp32["activations"] == pytest.approx(2 * (full["activations"] - logits) + logits)
 
 
 def test_arrays_and_plans_agree():
     m = PRESETS["gpt3-175b"]
     plans = [Plan(tp=8, pp=8, dp=16, zero=z, recompute=r) for z in (0, 1, 3) for r in ("none", "full")]
-    arrays = knobs(plans[0])._make(np.array([getattr(knobs(p), f) for p in plans]) for f in knobs(plans[0])._fields)
+    arrays = knobs(plans[0], m)._make(np.array([getattr(knobs(p, m), f) for p in plans])
+                                      for f in knobs(plans[0], m)._fields)
     together = per_gpu(m, arrays, 1024, precision="mixed")
     for i, p in enumerate(plans):
         assert together["total"][i] == per_gpu(m, p, 1024)["total"]
+
+
+def test_hsdp_shards_over_one_nodes_part_only():
+    m = PRESETS["llama2-7b"]
+    full, node = (per_gpu(m, Plan(dp=128, zero=3, shard=s, overlap="none"), 128) for s in (0, 8))
+    assert node["optimizer"] == pytest.approx(16 * full["optimizer"], rel=1e-6)  # sharded over 8, not 128
+    assert node["grads"] == pytest.approx(16 * full["grads"], rel=1e-6)
+
+
+def test_the_end_stages_with_fewer_layers_hold_less_and_the_fullest_gpu_is_the_one_that_must_fit():
+    """Llama 3's split: one layer fewer on the two stages that also hold the embedding and the output layer."""
+    m = PRESETS["llama3-405b"]
+    even = per_gpu(m, Plan(tp=8, pp=16, dp=8, microbatch=1, sequence_parallel=True), 2048)
+    ends = per_gpu(m, Plan(tp=8, pp=16, dp=8, microbatch=1, sequence_parallel=True,
+                           stage_layers=(7,) + (8,) * 14 + (7,)), 2048)
+    assert ends["layer_activations"] == pytest.approx(even["layer_activations"] * 7 / 8)
+    assert ends["total"] < even["total"]
+    # 1F1B: stage r holds p − r micro-batches; the middle stage 1 (8 layers × 15) or the first (7 × 16) is fullest
+    assert ends["stage"] in (0, 1)
+
+
+def test_the_last_stage_can_be_the_fullest():
+    """A huge vocabulary and one micro-batch in flight: the output layer's weights and fp32 logits win."""
+    m = PRESETS["bloom-176b"].with_(vocab=2_000_000)
+    out = per_gpu(m, Plan(tp=1, pp=8, dp=1, recompute="full", attention="eager"), 8)
+    assert out["stage"] == 2

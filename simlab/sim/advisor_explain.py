@@ -1,0 +1,147 @@
+"""The advisor's words: what kind of plan each is, why the best one wins, where it is only a tie within the
+model's error, what would decide it, and why the rest were rejected.
+
+Teaches that a prediction is worth only its validated error. `MODEL_ERROR` is the model's median error on
+the published runs it is checked against (`simlab.sim.published`, a test holds the constant to the table):
+where a rival family's best plan is within it of the winner, the advisor says "tie within the model's error"
+and names the measurement that would decide — the part of the step where the two plans differ most.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .hybrid_memory import Knobs
+
+MODEL_ERROR = 0.13  # the median |error| of the model on the published runs (tests/sim/test_published.py)
+MODERN = ("modern practice differs from the primer here: on fast networks Llama 3 and TorchTitan shard the DP "
+          "dimension with FSDP (ZeRO-3) under TP and PP, hiding its per-micro-batch gathers behind compute; "
+          "compare the TP+PP+DP+ZeRO-3 line above")
+# what to measure when two plans differ most in this part of the step
+DECIDES = {"compute": "measure the GEMMs at these shapes (micro-batch and TP size) on your GPU",
+           "tp_comm": "measure the TP all-reduce on your NVLink",
+           "pp_p2p": "measure the point-to-point bandwidth between pipeline stages",
+           "pp_bubble": "measure the pipeline's bubble (stage balance and micro-batches)",
+           "dp_comm": "measure the DP all-gather and reduce-scatter on your network",
+           "overlap": "measure how much compute slows while collectives run beside it",
+           "offload": "measure PCIe and CPU Adam on your host", "optimizer": "time the optimizer step"}
+ALTERNATIVES = ("DDP", "DP+ZeRO-1", "DP+ZeRO-3", "DP+ZeRO-3 (HSDP)", "TP", "PP", "TP+PP", "TP+DP+ZeRO-3",
+                "TP+PP+DP", "TP+PP+DP+ZeRO-1", "TP+PP+DP+ZeRO-3", "single GPU + Offload")
+
+
+def family(config: dict) -> str:
+    """A plan's kind in the primer's words: 'DDP', 'TP+PP+DP+ZeRO-1', 'DP+ZeRO-3 (HSDP)', 'single GPU + Offload' …"""
+    parts = [name for name, on in (("TP", config["tp"] > 1), ("PP", config["pp"] > 1), ("DP", config["dp"] > 1))
+             if on]
+    if config["zero"]:
+        parts.append(f"ZeRO-{config['zero']}" if config["dp"] > 1 else "ZeRO")
+    if config["offload"]:
+        parts.append("Offload")
+    if parts == ["DP"]:
+        return "DDP"
+    name = "+".join(parts) if parts and parts != ["ZeRO", "Offload"] else (
+        "single GPU + Offload" if config["offload"] else "single GPU")
+    return name + (" (HSDP)" if 0 < config.get("shard", 0) < config["dp"] else "")
+
+
+def family_codes(k: Knobs) -> tuple[np.ndarray, list[str]]:
+    """(an integer per plan, the family name of each integer): kinds compared as numbers, named once each."""
+    hsdp = (k.shard < k.dp) & (k.zero > 0)
+    code = (k.tp > 1) + 2 * (k.pp > 1) + 4 * (k.dp > 1) + 8 * k.zero + 32 * k.offload + 64 * hsdp
+    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+    names = [family({"tp": int(k.tp[i]), "pp": int(k.pp[i]), "dp": int(k.dp[i]), "zero": int(k.zero[i]),
+                     "offload": bool(k.offload[i]), "shard": int(k.shard[i]) if hsdp[i] else 0}) for i in first]
+    return inverse.reshape(-1), names
+
+
+def families(k: Knobs) -> np.ndarray:
+    """`family` of every plan (strings; `family_codes` is the fast form)."""
+    codes, names = family_codes(k)
+    return np.array(names)[codes]
+
+
+def rejections(mem: dict, fits, k: Knobs, c) -> dict:
+    """{reason: count}. A family none of whose plans fit gets the least memory any of them would need
+    ("pure DP: 142 GB > 73.5 GB usable"); where some fit, the rest are counted as settings that are too big."""
+    gb = lambda b: f"{b / 1e9:.3g} GB"  # noqa: E731
+    usable = f"{gb(c.gpu.usable_memory)} usable"
+    codes, names = family_codes(k)
+    gpu_over = mem["total"] > c.gpu.usable_memory
+    out, names = {}, np.array(names)
+    for name in dict.fromkeys(names[np.unique(codes[~fits])]):  # one family name may stand for several codes
+        mine = np.isin(codes, np.flatnonzero(names == name))
+        if fits[mine].any():
+            reason = f"{name}: some micro-batch/recompute settings need more than {usable}"
+        elif gpu_over[mine].all():
+            reason = f"{'pure DP' if name == 'DDP' else name}: {gb(mem['total'][mine].min())} > {usable}"
+        else:
+            reason = f"{name}: host {gb((mem['cpu'][mine] * c.gpus_per_node).min())} > {gb(c.host_memory)} per node"
+        out[reason] = int((mine & ~fits).sum())
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def representative(members, mem: dict, time: dict, fits) -> int:
+    """The plan that stands for a family: its fastest that fits, else the one needing the least memory."""
+    fitting = members[fits[members]]
+    if len(fitting):
+        return fitting[np.argmin(time["step_seconds"][fitting])]
+    return members[np.argmin(mem["total"][members])]
+
+
+def _decider(time: dict, i: int, j: int) -> str:
+    """The part of the step where plans i and j differ most, as a measurement to make."""
+    part = max(time["breakdown"], key=lambda name: abs(time["breakdown"][name][i] - time["breakdown"][name][j]))
+    return DECIDES.get(part, f"measure {part}")
+
+
+def explain(best: dict | None, rejected: dict, mem: dict, time: dict, fits, k: Knobs, c, best_index) -> dict:
+    """{"lines": why the best plan wins and why each obvious alternative loses, "ties": the families within
+    MODEL_ERROR of the best (with what would decide), "notes": where the plan and today's practice part}."""
+    if best is None:
+        return {"lines": ["nothing fits: " + (next(iter(rejected), "") or "no plan")], "ties": [], "notes": []}
+    total, parts = best["step_seconds"], best["breakdown"]
+    lines = [f"best: {family(best['config'])} — {total:.3g} s per step, MFU {best['mfu']:.0%}; time goes to "
+             + ", ".join(f"{name} {v / total:.0%}" for name, v in sorted(parts.items(), key=lambda kv: -kv[1])
+                         if v / total >= 0.01)]
+    codes, names = family_codes(k)
+    ties, order = [], np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+    members_of = {name: order[bounds[i]:bounds[i + 1]] for i, name in enumerate(names)}
+    for alt in dict.fromkeys(ALTERNATIVES + tuple(names)):
+        members = members_of.get(alt, np.zeros(0, dtype=int))
+        if not len(members) or alt == family(best["config"]):
+            continue
+        i = representative(members, mem, time, fits)
+        ratio = time["step_seconds"][i] / total
+        if fits[i] and ratio <= 1 + MODEL_ERROR:
+            ties.append({"family": alt, "ratio": float(ratio), "decide": _decider(time, best_index, i)})
+        if alt not in ALTERNATIVES:
+            continue
+        if not fits[i]:
+            lines.append(f"{alt}: does not fit (needs {mem['total'][i] / 1e9:.0f} GB per GPU)")
+            continue
+        worst = max(time["breakdown"], key=lambda name: time["breakdown"][name][i] - parts[name])
+        lines.append(f"{alt}: {ratio:.2f}× slower, mostly {worst}" if ratio > 1 + MODEL_ERROR
+                     else f"{alt}: {ratio:.2f}×, a tie within the model's error (±{MODEL_ERROR:.0%})")
+    return {"lines": lines, "ties": ties, "notes": notes(best["config"], c, ties)}
+
+
+def tie_line(ties: list) -> str:
+    """One sentence: which families tie with the best, and what would decide between them."""
+    if not ties:
+        return ""
+    names = ", ".join(f"{t['family']} ({t['ratio']:.2f}×)" for t in ties[:4])
+    return (f"tie within the model's error (±{MODEL_ERROR:.0%}): {names}{' …' if len(ties) > 4 else ''}; "
+            f"to decide, {ties[0]['decide']}")
+
+
+def notes(config: dict, c, ties: list) -> list[str]:
+    """Where the derived plan and today's practice (or the primer) part ways — only where it applies."""
+    if c.gpus <= c.gpus_per_node:
+        return []
+    if config["zero"] == 3 and config["tp"] > 1:
+        return ["this is FSDP (ZeRO-3) + TP, as TorchTitan and Llama 3 train today; the primer's guide says "
+                "ZeRO, or PP+TP+DP, for many nodes on a fast network"]
+    fsdp_ties = any(t["family"].startswith("TP+PP+DP+ZeRO-3") for t in ties)
+    if config["pp"] > 1 and config["dp"] > 1 and config["zero"] <= 1 and fsdp_ties:
+        return [MODERN]
+    return []
