@@ -6,7 +6,7 @@ Teaches (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Tr
   fp32 4+4+8, mixed 2+2+12 as in the ZeRO paper, Megatron's mixed-fp32-grads 2+4+12, FP8's recipe), each
   kind divided by the ZeRO group's size once ZeRO shards it (stage 1: optimizer, 2: + gradients, 3: +
   parameters, as `simlab.sim.memory`; the whole DP group, or one node's part of it under HSDP); ZeRO-3 also
-  holds the layer at work gathered, and the next one when it prefetches; Offload moves gradients and
+  holds the layer at work gathered (at most 1e9 parameters of it), and the next one when it prefetches; Offload moves gradients and
   optimizer state to the host;
 - activations of one layer and one micro-batch, 16-bit, with eager attention: sbh(34 + 5as/h) unsplit; with
   TP sbh(10 + 24/t + 5as/(ht)) (norms, dropouts and two inputs stay replicated: 10sbh); with TP + SP
@@ -43,7 +43,8 @@ from .memory import CPU_GRAD_BYTES, HOST_ADAM_BYTES
 from .model import Transformer
 
 HOST_BYTES = HOST_ADAM_BYTES + CPU_GRAD_BYTES  # per parameter on the host under Offload (lesson 3's)
-FIRST, MIDDLE, LAST = 0, 1, 2  # the stages that can be the most loaded: 0, 1 and p − 1
+FIRST, MIDDLE, LAST = 0, 1, 2
+ZERO3_UNIT = 1e9  # parameters ZeRO-3 gathers at once at most (DeepSpeed: stage3_max_live_parameters)  # the stages that can be the most loaded: 0, 1 and p − 1
 
 
 class Knobs(NamedTuple):
@@ -100,8 +101,10 @@ def model_states(model: Transformer, k: Knobs, precision: str, stage: int) -> di
     params = np.where(k.zero >= 3, shard, full) * p_b
     grads = np.where(k.offload, 0, np.where(k.zero >= 2, shard, full) * g_b)
     optimizer = np.where(k.offload, 0, np.where(k.zero >= 1, shard, full) * o_b)
-    # ZeRO-3: the layer at work gathered (weights and gradients), and the next layer's weights if prefetched
-    layer = model.layer_params_per_rank(k.tp)
+    # ZeRO-3: the unit at work gathered (weights and gradients), and the next unit's weights if prefetched; a unit
+    # is a layer, or at most 1e9 parameters of a bigger one (DeepSpeed's stage3_max_live_parameters default;
+    # FSDP users wrap such a layer's linears one by one)
+    layer = np.minimum(model.layer_params_per_rank(k.tp), ZERO3_UNIT)
     gathered = np.where(k.zero >= 3, layer * (p_b + g_b + k.overlap_params * p_b), 0)
     return {"params": params + gathered, "grads": grads, "optimizer": optimizer,
             "cpu": np.where(k.offload, shard * HOST_BYTES, 0)}

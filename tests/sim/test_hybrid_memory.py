@@ -80,7 +80,8 @@ def test_model_states_are_lesson_3s_zero_model(name, dp, zero):
     m = PRESETS[name]
     got = per_gpu(m, Plan(dp=dp, zero=zero, overlap="none"), global_batch=dp)
     want = per_gpu_bytes(m.params, dp, zero, precision="mixed")
-    gathered = m.layer_params * 4 if zero == 3 else 0  # weights and gradients of the layer at work, 2 + 2 B
+    gathered = min(m.layer_params, 1e9) * 4 if zero == 3 else 0  # weights and gradients of the unit at work, 2 + 2 B
+    # (GPT-3's 1.8e9-parameter layer is gathered 1e9 parameters at a time: DeepSpeed's stage3_max_live_parameters)
     assert (got["params"], got["grads"], got["optimizer"]) == (want["params"] + gathered, want["grads"],
                                                                want["optimizer"])
 
