@@ -51,17 +51,14 @@ def runs_table(rows: list[dict]) -> list[str]:
         memory = f"{r['memory_gib']:.1f} / {r['ours_gib']:.1f}" if r["memory_gib"] else f"— / {r['ours_gib']:.1f}"
         out.append(f"| {r['what']} | {r['gpus']} × {r['gpu']} | {r['framework']} | {r['published']:,.0f} | "
                    f"{r['ours']:,.0f} | {r['error']:+.1%} | {swing} | {memory} | {'yes' if r['fits'] else 'no'} |")
-    errors = sorted(abs(r["error"]) for r in rows)
-    within = sum(e <= 0.20 for e in errors)
-    worst = max(rows, key=lambda r: abs(r["error"]))
-    memory = [r for r in rows if r["memory_gib"]]
-    return out + ["", f"{len(rows)} runs: {within} within 20 % ({within / len(rows):.0%}), "
-                  f"{sum(e <= 0.35 for e in errors)} within 35 %; median |error| {errors[len(errors) // 2]:.1%}, "
-                  f"mean error {sum(r['error'] for r in rows) / len(rows):+.1%}; worst {worst['what']} "
-                  f"{worst['error']:+.1%}. The model says {sum(not r['fits'] for r in rows)} of the published plans "
-                  f"do not fit; measured peak memory within 10 % for {sum(abs(r['ours_gib'] / r['memory_gib'] - 1) <= 0.1 for r in memory)} "
-                  f"of {len(memory)}.", ""]
+    return out + ["", summary_line(published.summary(rows)), ""]
 
+
+def summary_line(s: dict) -> str:
+    return (f"{s['runs']} runs: {s['within_20']} within 20 % ({s['within_20'] / s['runs']:.0%}), {s['within_35']} "
+            f"within 35 %; median |error| {s['median']:.1%}, mean error {s['mean']:+.1%}; worst {s['worst']} "
+            f"{s['worst_error']:+.1%}. The model says {s['not_fitting']} of the published plans do not fit; measured "
+            f"peak memory within 10 % for {s['memory_within_10']} of {s['memory']}.")
 
 def main(argv=None) -> int:
     text = tables()

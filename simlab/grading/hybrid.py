@@ -1,7 +1,8 @@
 """Checks for lesson 6's capstone: choose a plan for three budgets, then predict a real 3-D run.
 
 - `check_budget_plan(key, plan)`: the plan must be valid for the budget (`sim.hybrid.check_plan`), fit in the
-  GPU's memory (and the host's, under Offload), and take at most 10 % longer per step than the advisor's
+  GPU's memory (and the host's, under Offload), and tie with the advisor's best: take at most the model's
+  validated error (`sim.advisor_explain.MODEL_ERROR`) longer per step than the advisor's
   best (`sim.advisor.search`). A rejected plan is told why in numbers: the bytes that do not fit, part by
   part, or where its step loses time against the best plan's.
 - `check_network_prediction(crosses, busiest)`: before the run the learner says which kind of group ("tp",
@@ -24,13 +25,14 @@ from dataclasses import dataclass
 
 from ..i18n import N_, _
 from ..sim.advisor import evaluate_plan, family, search
+from ..sim.advisor_explain import MODEL_ERROR
 from ..sim.hardware import cluster
 from ..sim.hybrid import Plan
 from ..sim.mesh import KINDS
 from ..sim.model import PRESETS
 from .common import fail
 
-WITHIN = 0.10  # a plan within 10 % of the best predicted step time passes
+WITHIN = MODEL_ERROR  # a plan that ties with the best within the model's error passes: it cannot tell them apart
 GB = 1e9
 
 
@@ -72,7 +74,7 @@ def _parts(d: dict, total: float) -> str:
 
 
 def check_budget_plan(key: str, plan) -> None:
-    """Grade one `Plan` for `BUDGETS[key]`: valid, fits, and within 10 % of the best predicted step time."""
+    """Grade one `Plan` for `BUDGETS[key]`: valid, fits, and within the model's error of the best step time."""
     title = _("budget {key}").format(key=repr(key))
     if key not in BUDGETS:
         fail(_("budget"), repr(key), _("not one of {keys}").format(keys=", ".join(BUDGETS)))

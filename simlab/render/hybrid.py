@@ -184,7 +184,7 @@ def draw_mesh(mesh, gpus_per_node: int, ax=None, title=None, intra: str = "NVLin
 
 def draw_plan_memory(plans: dict, gpu_memory: float, ax=None, title=None):
     """One stacked bar per plan (label → a plan dict of `advisor.search` or `advisor.evaluate_plan`), in GB
-    per GPU, against the GPU's memory (dashed); a plan the simulator says does not fit is outlined in red and
+    per GPU, against `gpu_memory` (dashed: what tensors can use, `GPU.usable_memory`); a plan the simulator says does not fit is outlined in red and
     says so. Host bytes (Offload) get a hatched bar beside it. Bars past MAX_OVER× the GPU are cut at the
     top, so the line stays readable, and their total is written there. Returns the Figure."""
     rows, n = list(plans.values()), len(plans)
@@ -217,7 +217,7 @@ def draw_plan_memory(plans: dict, gpu_memory: float, ax=None, title=None):
                 ax.text(i + width / 2, min(v, top / 1.2) + 0.01 * top, f"{v:.1f}", ha="center", va="bottom",
                         fontsize=7, color="#555555")
     ax.axhline(line, color="black", linestyle="--", linewidth=1.2, gid="gpu_memory",
-               label=_("GPU memory ({gb} GB)").format(gb=f"{line:g}"))
+               label=_("usable GPU memory ({gb} GB)").format(gb=f"{line:.3g}"))
     ax.set_xticks(range(n), list(plans), fontsize=8)
     ax.set_ylabel(_("GB per GPU"))
     ax.set_ylim(0, top)

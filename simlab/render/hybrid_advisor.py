@@ -56,3 +56,22 @@ def advisor_text(result: dict, top: int = 5, max_reasons: int = 8) -> str:
         rest, more = reasons[max_reasons:], _("… for {n} more reasons").format(n=len(reasons[max_reasons:]))
         lines += [f"  {sum(c for _r, c in rest):>6}  {more}"] if rest else []
     return "\n".join(lines)
+
+
+def published_runs_text(rows: list[dict], summary: dict) -> str:
+    """`sim.published.validation()` as a fixed-width table: each run's tokens/s per GPU published and ours, the
+    error and the range its unknown knobs span; then `sim.published.summary` in one paragraph."""
+    from .text import rows_table
+    table = rows_table([{_("run"): r["what"], _("GPUs"): f"{r['gpus']} × {r['gpu']}",
+                         _("published"): f"{r['published']:,.0f}", _("ours"): f"{r['ours']:,.0f}",
+                         _("error"): f"{r['error']:+.1%}",
+                         _("swing"): ", ".join(f"{x:+.0%}" for x in r["swing"]) or "—",
+                         _("fits"): _("yes") if r["fits"] else _("no")} for r in rows])
+    s = summary
+    lean = _("the model is optimistic on average") if s["mean"] > 0 else _("the model is pessimistic on average")
+    return table + "\n" + _(
+        "{within_20} of {runs} runs within 20 %, {within_35} within 35 %; median |error| {median}, mean {mean} "
+        "({lean}); worst {worst} {worst_error}; {not_fitting} published plans the model says do not fit; "
+        "published peak memory within 10 % for {memory_within_10} of {memory}").format(
+        **{**s, "median": f"{s['median']:.1%}", "mean": f"{s['mean']:+.1%}", "worst_error": f"{s['worst_error']:+.1%}",
+           "lean": lean})

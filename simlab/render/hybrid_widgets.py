@@ -107,7 +107,7 @@ def _answer(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_b
     grid = fig.add_gridspec(2 if piped else 1, 2, height_ratios=(1.3, 1) if piped else None, width_ratios=(1, 1.25))
     memory, time = fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])
     if plans:  # a family list that matched nothing draws no bars
-        draw_plan_memory(plans, c.gpu.memory, ax=memory, title=_("memory per GPU"))
+        draw_plan_memory(plans, c.gpu.usable_memory, ax=memory, title=_("memory per GPU"))
         draw_time_breakdown(plans, ax=time, title=_("where one step goes"))
         memory.tick_params(axis="x", labelrotation=20)
     if piped:

@@ -126,3 +126,17 @@ def validation() -> list[dict]:
                      "memory_gib": run.memory_gib, "ours_gib": mem["total"] / GIB,
                      "fits": bool(mem["total"] <= c.gpu.usable_memory)})
     return rows
+
+
+def summary(rows: list[dict]) -> dict:
+    """What the README and lesson 6 say of `validation()`: runs within 20 % and 35 %, the median |error|, the
+    mean error (its sign says which way the model leans), the worst run, plans it says do not fit, and the
+    published peak memories within 10 %."""
+    errors = sorted(abs(r["error"]) for r in rows)
+    memory = [r for r in rows if r["memory_gib"]]
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    return {"runs": len(rows), "within_20": sum(e <= 0.20 for e in errors), "within_35": sum(e <= 0.35 for e in errors),
+            "median": errors[len(errors) // 2], "mean": sum(r["error"] for r in rows) / len(rows),
+            "worst": worst["what"], "worst_error": worst["error"], "not_fitting": sum(not r["fits"] for r in rows),
+            "memory": len(memory), "memory_within_10": sum(abs(r["ours_gib"] / r["memory_gib"] - 1) <= 0.1
+                                                          for r in memory)}
