@@ -58,15 +58,22 @@ def cmd_plan(args) -> dict:
 
 
 def show_plan(out: dict) -> None:
-    """The text form: the plan(s), the explanation and what was rejected."""
+    """The text form: the plan(s) — ZeRO's shard group if HSDP, the stage split if uneven —, one plan's exposed
+    and hidden time, the explanation with its ties, and what was rejected."""
     rows = [out] if "config" in out else out["candidates"]
     for r in rows:
         c = r["config"]
         print(f"tp {c['tp']:>2} pp {c['pp']:>3} dp {c['dp']:>4} b {c['microbatch']:>2} {c['schedule']}"
-              f"{'×' + str(c['chunks']) if c['chunks'] > 1 else ''} zero {c['zero']}{' +offload' if c['offload'] else ''}"
+              f"{'×' + str(c['chunks']) if c['chunks'] > 1 else ''}"
+              f"{' stages ' + ','.join(map(str, c['stage_layers'])) if c['stage_layers'] else ''} zero {c['zero']}"
+              f"{'/' + str(c['shard']) if c['shard'] else ''}{' +offload' if c['offload'] else ''}"
               f"{' +SP' if c['sequence_parallel'] else ''} recompute {c['recompute']:<9} "
               f"{r['bytes_per_gpu']['total'] / 1e9:6.1f} GB {'fits' if r['fits'] else 'DOES NOT FIT'}  "
               f"{r['step_seconds']:.3g} s/step  {r['tokens_per_second']:.3g} tokens/s  MFU {r['mfu']:.0%}")
+    if "config" in out:
+        total = out["step_seconds"]
+        print("exposed: " + ", ".join(f"{k} {v:.3g} s" for k, v in out["breakdown"].items() if v > 0.001 * total)
+              + "; hidden under compute: " + ", ".join(f"{k} {v:.3g} s" for k, v in out["hidden"].items()))
     from ..sim.advisor_explain import tie_line
     for line in out.get("explanation", []) + ([tie_line(out["ties"])] if out.get("ties") else []) + out.get("notes", []):
         print(line)
