@@ -34,7 +34,10 @@ OVERLAPS = ("dp", "params", "tp")  # what a framework may hide behind compute (`
 # bytes per parameter of weights, gradients and optimizer state: lesson 3's (`simlab.sim.memory`, with FP8's
 # recipe); and per activation element (Korthikanti's formulas count 16-bit activations; FP8 keeps them 16-bit
 # too, an upper bound: Transformer Engine may save a GEMM's input in 8 bits)
-STATE_BYTES = {**LESSON_3_BYTES, "fp8": Precision(2, 4, 12)}  # FP8_RECIPE below
+# FP8 (Transformer Engine's recipe, as NeMo runs it with `fp8_params`): the weights kept in FP8 with their transposed
+# copy for the backward on Hopper (1 + 1 byte, where BF16 weights took 2), fp32 gradients, fp32 master weights and
+# Adam's moments in the optimizer (TE's docs: "master weights in optimizer are in FP32"); GEMMs at FP8 speed
+STATE_BYTES = {**LESSON_3_BYTES, "fp8": Precision(2, 4, 12)}
 PRECISIONS = tuple(STATE_BYTES)  # fp32, mixed, mixed-fp32-grads, fp8
 ACTIVATION_BYTES = {"fp32": 4, "mixed": 2, "mixed-fp32-grads": 2, "fp8": 2}
 
