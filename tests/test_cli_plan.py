@@ -7,7 +7,7 @@ import pytest
 from simlab.cli import main
 
 CONFIG = {"tp", "pp", "dp", "chunks", "schedule", "zero", "offload", "microbatch", "recompute", "sequence_parallel",
-          "attention", "overlap", "shard", "stage_layers"}
+          "attention", "overlap", "shard", "stage_layers", "bucket"}
 BREAKDOWN = {"compute", "tp_comm", "pp_p2p", "pp_bubble", "dp_comm", "overlap", "offload", "optimizer"}
 BYTES = {"params", "grads", "optimizer", "activations", "total"}
 
@@ -74,6 +74,9 @@ def test_a_plan_with_hsdp_fp8_and_unequal_stages(capsys):
               "--precision", "fp8", "--overlap", "dp,params,tp", "--sequence-parallel")
     assert out["config"]["shard"] == 2 and out["config"]["stage_layers"] == [19, 21, 21, 19]
     assert out["config"]["overlap"] == "dp,params,tp"
+    deepspeed = run(capsys, "plan", "--model", "gpt3-175b", "--gpus", "256", "--global-batch", "256", "--tp", "1",
+                    "--pp", "1", "--dp", "256", "--zero", "3", "--recompute", "full", "--bucket", "5e7,5e8")
+    assert deepspeed["config"]["bucket"] == [50_000_000, 500_000_000]
 
 def test_memory_for_a_transformer_plan(capsys):
     out = run(capsys, "memory", "--model", "gpt3-175b", "--tp", "8", "--pp", "8", "--schedule", "interleaved",
@@ -108,6 +111,8 @@ def test_memory_keeps_the_zero_form(capsys):
     (["memory", "--model", "gpt3-175b", "--params", "7e9"], "--params"),
     (["memory", "--model", "gpt3-175b", "--tp", "8", "--sequence-parallel", "--offload"], "--offload=True: needs zero"),
     (["plan", "--model", "gpt3-175b", "--global-batch", "8", "--overlap", "dp,bogus"], "--overlap='dp,bogus': must be"),
+    (["plan", "--model", "gpt3-175b", "--global-batch", "8", "--bucket", "1,2,3"], "--bucket='1,2,3': must be two"),
+    (["plan", "--model", "gpt3-175b", "--global-batch", "8", "--bucket", "nan,5"], "--bucket='nan,5'"),
     (["plan", "--model", "gpt3-175b", "--global-batch", "64", "--gpus", "64", "--tp", "8", "--pp", "4", "--dp", "2",
       "--stage-layers", "24,24,24"], "--stage-layers=(24, 24, 24): must list --pp=4 stages"),
     (["plan", "--model", "gpt3-175b", "--global-batch", "8", "--tp", "8", "--pp", "1", "--dp", "1",

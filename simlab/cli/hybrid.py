@@ -10,7 +10,7 @@ from __future__ import annotations
 from .. import _checks
 from ..sim.hybrid import PRECISIONS, check_plan
 from .common import add_json
-from .hybrid_flags import KNOBS, add_machine_flags, add_model_flags, cluster_from, model_from, plan_from
+from .hybrid_flags import KNOBS, add_machine_flags, add_model_flags, bucket_from, cluster_from, model_from, plan_from
 
 def cmd_transformer_memory(args) -> dict:
     """`simlab memory --layers … | --model …`: bytes on the most loaded GPU for one plan."""
@@ -48,7 +48,7 @@ def cmd_plan(args) -> dict:
                          "the search tries the even split and one layer fewer on the end stages")
     plan_from(args)  # refuse a bad --overlap before searching
     found = search(model, c, args.global_batch, precision=args.precision, attention=args.attention,
-                   overlap=args.overlap, **fixed)
+                   overlap=args.overlap, bucket=bucket_from(args.bucket), **fixed)
     out = {"best": found["best"], "candidates": found["candidates"], "rejected": found["rejected"],
            "explanation": found["explanation"], "ties": found["ties"], "notes": found["notes"],
            "plans_evaluated": found["plans"]}

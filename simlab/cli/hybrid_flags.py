@@ -58,6 +58,8 @@ def add_model_flags(p, plan_defaults: bool) -> None:
     p.add_argument("--attention", choices=ATTENTION, default="flash", help="attention kernel (default flash)")
     p.add_argument("--overlap", default="dp,params",
                    help="what the framework hides behind compute: none, or any of dp,params,tp (default dp,params)")
+    p.add_argument("--bucket", default=None, help="parameters per DP/ZeRO gather and reduction, e.g. 5e7,5e8 "
+                   "(DeepSpeed's ZeRO-3 defaults); default: one of each per layer")
     p.add_argument("--global-batch", type=int, default=None, help="sequences per step (memory: default dp·b·pp)")
 
 
@@ -89,12 +91,24 @@ def stage_layers_from(text: str | None) -> tuple:
         raise ValueError(f"stage_layers={text!r}: must be whole numbers separated by commas, e.g. 7,8,8,7") from None
 
 
+def bucket_from(text: str | None) -> tuple:
+    if text is None:
+        return ()
+    try:
+        out = tuple(int(float(x)) for x in text.split(","))
+    except (ValueError, OverflowError):  # "a", nan, inf
+        raise ValueError(f"bucket={text!r}: must be two numbers of parameters, e.g. 5e7,5e8") from None
+    if len(out) != 2 or min(out) < 1:
+        raise ValueError(f"bucket={text!r}: must be two positive numbers of parameters, e.g. 5e7,5e8")
+    return out
+
+
 def plan_from(args, **defaults) -> Plan:
     values = {name: getattr(args, name) for name in KNOBS if name != "stage_layers"}
     values = {k: (defaults[k] if v is None and k in defaults else v) for k, v in values.items()}
     check_overlap(args.overlap)
     return Plan(**values, stage_layers=stage_layers_from(args.stage_layers), precision=args.precision,
-                attention=args.attention, overlap=args.overlap)
+                attention=args.attention, overlap=args.overlap, bucket=bucket_from(args.bucket))
 
 
 def add_machine_flags(p) -> None:

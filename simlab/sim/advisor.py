@@ -26,7 +26,7 @@ from .._checks import check_choice, check_int
 from .advisor_explain import explain, family, rejections, representative  # noqa: F401  (family: API)
 from .advisor_explain import families as family_names
 from .hardware import Cluster
-from .hybrid import ATTENTION, PRECISIONS, RECOMPUTE, SCHEDULES, Plan, check_overlap, check_plan
+from .hybrid import ATTENTION, PRECISIONS, RECOMPUTE, SCHEDULES, Plan, check_bucket, check_overlap, check_plan
 from .hybrid_memory import Knobs, per_gpu
 from .hybrid_time import step
 from .model import Transformer
@@ -73,7 +73,7 @@ def _layouts(model: Transformer, c: Cluster, global_batch: int, fixed: dict) -> 
 
 
 def candidates(model: Transformer, c: Cluster, global_batch: int, fixed: dict, attention: str = "flash",
-               overlap: str = "dp,params") -> Knobs:
+               overlap: str = "dp,params", bucket: tuple = ()) -> Knobs:
     """Every plan, as arrays: the layouts × (ZeRO, Offload, HSDP) × sequence parallel × recomputation (under
     FlashAttention selective recomputation has nothing to recompute: it is tried only when asked for)."""
     layouts = np.array(_layouts(model, c, global_batch, fixed), dtype=np.int64).reshape(-1, 9)
@@ -99,7 +99,8 @@ def candidates(model: Transformer, c: Cluster, global_batch: int, fixed: dict, a
     n, ones = len(rows), np.ones(len(rows), dtype=np.int64)
     return Knobs(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 5], rows[:, 9], rows[:, 10], rows[:, 12],
                  rows[:, 13], rows[:, 4], ones * ATTENTION.index(attention), shard, rows[:, 6], rows[:, 7],
-                 rows[:, 8], ones * ("dp" in over), ones * ("params" in over), ones * ("tp" in over)) if n else \
+                 rows[:, 8], ones * ("dp" in over), ones * ("params" in over), ones * ("tp" in over),
+                 *(ones * b for b in (bucket or (0, 0)))) if n else \
         Knobs(*(np.zeros(0, dtype=np.int64),) * len(Knobs._fields))
 
 
@@ -121,7 +122,8 @@ def config(k: Knobs, i: int, model: Transformer) -> dict:
             "microbatch": int(k.b[i]), "recompute": RECOMPUTE[int(k.recompute[i])],
             "sequence_parallel": bool(k.sp[i]), "attention": attention, "overlap": ",".join(over) or "none",
             "shard": int(k.shard[i]) if k.shard[i] < k.dp[i] else 0,
-            "stage_layers": _stage_layers(model, int(k.pp[i]), int(k.first[i]), int(k.last[i]))}
+            "stage_layers": _stage_layers(model, int(k.pp[i]), int(k.first[i]), int(k.last[i])),
+            "bucket": [int(k.bucket_gather[i]), int(k.bucket_reduce[i])] if k.bucket_gather[i] else []}
 
 
 def describe(mem: dict, time: dict, fits, k: Knobs, i: int, model: Transformer) -> dict:
@@ -141,21 +143,22 @@ def evaluate(model: Transformer, c: Cluster, global_batch: int, k: Knobs, precis
     return mem, time, fits
 
 
-def _settings(precision: str, attention: str, overlap: str) -> None:
+def _settings(precision: str, attention: str, overlap: str, bucket=()) -> None:
     check_choice("precision", precision, PRECISIONS)
     check_choice("attention", attention, ATTENTION)
     check_overlap(overlap)
+    check_bucket(tuple(bucket) if isinstance(bucket, list) else bucket)
 
 
 def search(model: Transformer, c: Cluster, global_batch: int, precision: str = "mixed", top: int = 10,
-           attention: str = "flash", overlap: str = "dp,params", **fixed) -> dict:
+           attention: str = "flash", overlap: str = "dp,params", bucket: tuple = (), **fixed) -> dict:
     """Best plan, the next `top` - 1, rejected plans by reason, the explanation with its ties and notes.
-    `fixed`: any of FIXABLE; `precision`, `attention`, `overlap`: the framework's settings."""
+    `fixed`: any of FIXABLE; `precision`, `attention`, `overlap`, `bucket`: the framework's settings."""
     check_int("global_batch", global_batch, 1)
-    _settings(precision, attention, overlap)
+    _settings(precision, attention, overlap, bucket)
     for name in fixed:
         check_choice("constraint", name, FIXABLE)
-    k = candidates(model, c, global_batch, fixed, attention, overlap)
+    k = candidates(model, c, global_batch, fixed, attention, overlap, tuple(bucket))
     if len(k.tp) == 0:
         raise ValueError(f"global_batch={global_batch}: no layout of gpus={c.gpus} divides the batch, heads and "
                          f"layers evenly under the constraints {fixed or 'given'}")
@@ -181,13 +184,14 @@ def evaluate_plan(model: Transformer, c: Cluster, global_batch: int, plan: Plan)
 
 
 def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str = "mixed",
-              families: tuple | None = None, attention: str = "flash", overlap: str = "dp,params") -> dict:
+              families: tuple | None = None, attention: str = "flash", overlap: str = "dp,params",
+              bucket: tuple = ()) -> dict:
     """{family: its fastest plan that fits, else its plan needing the least memory (fits False)}, in the
     order of `families` (default: every family the search finds): the winner beside the strategies that lose,
     for `render.hybrid.draw_plan_memory` / `draw_time_breakdown`."""
     check_int("global_batch", global_batch, 1)
-    _settings(precision, attention, overlap)
-    k = candidates(model, c, global_batch, {}, attention, overlap)
+    _settings(precision, attention, overlap, bucket)
+    k = candidates(model, c, global_batch, {}, attention, overlap, tuple(bucket))
     mem, time, fits = evaluate(model, c, global_batch, k, precision)
     names = family_names(k).astype(str)
     out = {}

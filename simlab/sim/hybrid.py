@@ -64,10 +64,14 @@ class Plan:
     overlap: str = "dp,params"
     shard: int = 0  # ZeRO's sharding group: 0 (or dp) the whole DP group; a divisor of dp: HSDP
     stage_layers: tuple = ()  # layers of each pipeline stage, first to last; () as even as can be
+    # parameters per DP/ZeRO collective, (gathers, reductions): () one of each per layer, FSDP's unit; DeepSpeed's
+    # ZeRO-3 prefetches 5e7 parameters at a time and reduces 5e8 (stage3_prefetch_bucket_size, reduce_bucket_size)
+    bucket: tuple = ()
 
     def __post_init__(self):  # a list from JSON or `to_dict` becomes the tuple a frozen plan keeps
-        if isinstance(self.stage_layers, list):
-            object.__setattr__(self, "stage_layers", tuple(self.stage_layers))
+        for name in ("stage_layers", "bucket"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
 
     @property
     def gpus(self) -> int:
@@ -85,7 +89,7 @@ class Plan:
     def to_dict(self) -> dict:
         out = asdict(self)
         out.pop("precision")
-        out["stage_layers"] = list(self.stage_layers)
+        out["stage_layers"], out["bucket"] = list(self.stage_layers), list(self.bucket)
         return out
 
     def with_(self, **changes) -> "Plan":
@@ -120,6 +124,13 @@ def check_overlap(overlap) -> str:
     return overlap
 
 
+def check_bucket(bucket) -> tuple:
+    if bucket != () and (not isinstance(bucket, tuple) or len(bucket) != 2 or not all(
+            isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in bucket)):
+        raise ValueError(f"bucket={bucket!r}: must be () or (parameters per gather, per reduction), positive integers")
+    return bucket
+
+
 def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> None:
     """One-line ValueErrors naming what cannot work (before any model is evaluated)."""
     for name in ("tp", "pp", "dp", "microbatch", "chunks"):
@@ -133,6 +144,7 @@ def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> 
     check_bool("offload", plan.offload)
     check_bool("sequence_parallel", plan.sequence_parallel)
     check_int("shard", plan.shard, 0, plan.dp)
+    check_bucket(plan.bucket)
     check_int("global_batch", global_batch, 1)
     if plan.gpus != gpus:
         raise ValueError(f"tp={plan.tp}: tp*pp*dp = {plan.gpus} must use all gpus={gpus}")

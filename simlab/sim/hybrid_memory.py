@@ -70,6 +70,8 @@ class Knobs(NamedTuple):
     overlap_dp: np.ndarray
     overlap_params: np.ndarray
     overlap_tp: np.ndarray
+    bucket_gather: np.ndarray  # parameters per DP/ZeRO gather; 0: one per layer
+    bucket_reduce: np.ndarray
 
 
 def knobs(plan: Plan, model: Transformer) -> Knobs:
@@ -78,7 +80,7 @@ def knobs(plan: Plan, model: Transformer) -> Knobs:
     return Knobs(*(np.asarray(x) for x in (
         plan.tp, plan.pp, plan.dp, plan.microbatch, plan.chunks, plan.zero, plan.offload, plan.sequence_parallel,
         RECOMPUTE.index(plan.recompute), SCHEDULES.index(plan.schedule), ATTENTION.index(plan.attention),
-        plan.shard_size, first, mid, last, "dp" in over, "params" in over, "tp" in over)))
+        plan.shard_size, first, mid, last, "dp" in over, "params" in over, "tp" in over, *(plan.bucket or (0, 0)))))
 
 
 def stage_params(model: Transformer, k: Knobs, stage: int) -> np.ndarray:

@@ -101,18 +101,21 @@ def _dp_time(model, k, c, precision, one, layers, m, executor):
                         stage_params(model, k, LAST))
     grads, weights, s = params * g_b, params * p_b, k.shard
     replicas = k.dp // s
-    # frameworks reduce and gather layer by layer (FSDP's units, DDP's and DeepSpeed's buckets): one collective
-    # per layer, each paying its latency; the course's executor sends one flat buffer
-    n = 1 if executor else np.maximum(layers, 1)
+    # frameworks reduce and gather piece by piece — one per layer (FSDP's units), or per bucket of parameters
+    # (DeepSpeed's, `Plan.bucket`) — each paying its latency; the course's executor sends one flat buffer
+    def pieces(bucket):
+        return 1 if executor else np.where(bucket > 0, np.maximum(1, np.ceil(params / np.maximum(bucket, 1))),
+                                           np.maximum(layers, 1))
+    n, g = pieces(k.bucket_reduce), pieces(k.bucket_gather)
     across = np.where(replicas > 1, n * all_reduce(c, k.tp * s, replicas, grads / s / n), 0)  # HSDP's replica sum
     reduce = np.where(k.zero == 0, n * all_reduce(c, k.tp, k.dp, grads / n),
                       n * reduce_scatter(c, k.tp, s, grads / n) + across)
-    gather = n * all_gather(c, k.tp, s, weights / n)
+    gather = g * all_gather(c, k.tp, s, weights / g)
     forward, backward = layers * one["forward"], layers * (one["backward"] + one["recompute"])
     dp, params_, _ = _overlaps(k, executor)
     once = _exposed(reduce, backward, dp) + np.where(k.zero >= 1, _exposed(gather, forward, params_), 0)
     zero2 = m * _exposed(reduce, backward, dp) + _exposed(gather, forward, params_)
-    first_layer = gather / np.maximum(layers, 1)  # ZeRO-3 prefetches each layer's gather but the first
+    first_layer = gather / g  # ZeRO-3 prefetches each piece's gather but the first
     zero3_fwd = np.where(params_, np.maximum(first_layer, gather - forward), gather)
     both = np.where(params_, gather, 0) + np.where(dp, reduce, 0)  # what may run under the backward
     zero3_bwd = np.maximum(0, both - backward) + np.where(params_, 0, gather) + np.where(dp, 0, reduce)

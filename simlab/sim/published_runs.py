@@ -79,7 +79,9 @@ MEGATRON_OLD = dict(attention="eager", overlap="none", precision="mixed-fp32-gra
 NEMO = dict(attention="flash", overlap="dp,params,tp", zero=1, sequence_parallel=True, schedule="interleaved")
 FSDP = dict(attention="flash", overlap="dp,params", zero=3)
 TITAN = dict(attention="flash", overlap="dp,params", precision="mixed-fp32-grads")
-DS_AZURE = dict(attention="eager", overlap="dp,params", zero=3, recompute="full")
+# DeepSpeed's ZeRO-3 gathers 5e7 parameters at a time and reduces 5e8 (its defaults, stage3_prefetch_bucket_size
+# and reduce_bucket_size): added after the first predictions, when the model learnt `Plan.bucket`
+DS_AZURE = dict(attention="eager", overlap="dp,params", zero=3, recompute="full", bucket=(50_000_000, 500_000_000))
 GPT3_DS = M["gpt3-175b"].with_(vocab=50304)
 MT_NLG_DS = M["megatron-530b"].with_(vocab=50304, seq=1024)
 L3 = M["llama3-405b"]

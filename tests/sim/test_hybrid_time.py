@@ -214,3 +214,15 @@ def test_the_course_executor_overlaps_nothing_and_runs_adam_unfused():
     one = layer_seconds(m, knobs(Plan(tp=8, **OLD), m), c, "mixed")
     hidden = min(2 * float(one["tp_collective"]), float(one["wgrad"]))  # what Megatron hides per layer
     assert tp_ours["breakdown"]["tp_comm"] - tp["breakdown"]["tp_comm"] == pytest.approx(64 * m.layers * hidden)
+
+
+def test_buckets_set_how_many_collectives_pay_their_latency():
+    """DeepSpeed's ZeRO-3 gathers 5e7 parameters at a time and reduces 5e8; FSDP one layer at a time."""
+    m, c = PRESETS["gpt3-175b"], cluster(gpus=256)
+    plan = Plan(dp=256, zero=3, microbatch=1, overlap="none", attention="eager", bucket=(50_000_000, 500_000_000))
+    params = float(stage_params(m, knobs(plan, m), 0))
+    g, n = np.ceil(params / 5e7), np.ceil(params / 5e8)
+    want = 2 * g * float(all_gather(c, 1, 256, 2 * params / g)) + n * float(reduce_scatter(c, 1, 256, 2 * params / n))
+    assert step(m, plan, c, 256)["breakdown"]["dp_comm"] == pytest.approx(want)
+    per_layer = step(m, plan.with_(bucket=()), c, 256)["breakdown"]["dp_comm"]
+    assert per_layer < want  # fewer, bigger collectives: fewer latencies
