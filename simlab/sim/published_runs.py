@@ -156,13 +156,15 @@ RUNS = (
         assumptions=("micro-batch 1", "v = 8: 'the first model chunk on the first stage has only the embedding' "
                      "with one layer fewer on the end stages means one layer per chunk",
                      "sequence parallel with TP", "Megatron's FLOP count", "FlashAttention"),
-        swing="micro-batch and v (not stated)", alternatives=({"microbatch": 2}, {"chunks": 4})),
+        swing="micro-batch and v (not stated); gradients sharded (Meta: FSDP 'shards optimizer states and "
+              "gradients') would reduce-scatter every micro-batch, ZeRO-2's rhythm",
+        alternatives=({"microbatch": 2}, {"chunks": 4}, {"zero": 2})),
     Run("llama3-405b-16k", "Dubey et al. 2024 Table 4 (16,384 GPUs, DP 128, 400 TFLOPs/GPU)",
         "Meta (FSDP + TP + PP)", L3, "h100-80gb", 16384, 3200,
         P(tp=8, pp=16, dp=128, schedule="interleaved", chunks=8, zero=1, sequence_parallel=True,
           stage_layers=(7,) + (8,) * 14 + (7,), **TITAN), 2048, 400e12 / megatron_flops_per_token(L3),
-        "400 TFLOPs/GPU (BF16 MFU 41 %)", assumptions=("as llama3-405b-8k",), swing="micro-batch and v",
-        alternatives=({"chunks": 4},)),
+        "400 TFLOPs/GPU (BF16 MFU 41 %)", assumptions=("as llama3-405b-8k",),
+        swing="micro-batch and v; gradients sharded (ZeRO-2's rhythm)", alternatives=({"chunks": 4}, {"zero": 2})),
     Run("torchtitan-8b-8", "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md @ 820504e, Table 1",
         "torchtitan FSDP2 + compile", M["llama3-8b"], "h100-96gb-hbm2e", 8, 3200,
         P(dp=8, microbatch=2, zero=3, recompute="selective", **TITAN), 16, 6667, "6,667 TPS/GPU", memory_gib=77.0,
