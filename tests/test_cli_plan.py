@@ -127,3 +127,28 @@ def test_memory_keeps_the_zero_form(capsys):
 ])
 def test_bad_input_is_one_line(argv, message, rejected):
     rejected(argv, message)
+
+
+@pytest.mark.parametrize("flag, value, message", [
+    ("--tp", "0", "--tp=0: must be >= 1"), ("--dp", "0", "--dp=0: must be >= 1"),
+    ("--microbatch", "0", "--microbatch=0: must be >= 1"), ("--chunks", "0", "--chunks=0: must be >= 1"),
+    ("--zero", "5", "--zero=5: must be between 0 and 3"), ("--shard", "-1", "--shard=-1: must be between 0"),
+    ("--global-batch", str(10**20), "must be between 1 and"),
+])
+def test_a_searched_constraint_of_zero_or_out_of_range_is_refused_not_ignored(flag, value, message, rejected):
+    argv = ["plan", "--model", "gpt3-175b", "--global-batch", "64", flag, value]
+    rejected(argv, message)
+
+
+def test_a_huge_batch_is_searched_through_its_divisors_not_a_loop_to_it(capsys):
+    """Divisors in O(√n), micro-batches up to 32: a batch of 10⁸ sequences needs no 10⁸-step loop."""
+    from simlab.sim.advisor import _divisors
+    assert all(_divisors(n) == [d for d in range(1, n + 1) if n % d == 0] for n in range(1, 500))
+    assert _divisors(10**8)[-3:] == [25_000_000, 50_000_000, 100_000_000]
+    out = run(capsys, "plan", "--model", "gpt3-175b", "--gpus", "8", "--global-batch", str(10**8))
+    assert out["plans_evaluated"] > 0
+
+
+def test_run_3d_refuses_zero_chunks(rejected):
+    rejected(["run", "3d", "--dp", "1", "--pp", "2", "--tp", "1", "--schedule", "interleaved", "--chunks", "0"],
+             "--chunks=0: must be >= 1")

@@ -33,7 +33,7 @@ def cmd_plan(args) -> dict:
     if args.global_batch is None:
         raise ValueError("global_batch=None: required, the sequences in one training step")
     _checks.check_int("global_batch", args.global_batch, 1)
-    fixed = {name: getattr(args, name) for name in KNOBS if getattr(args, name) not in (None, False)}
+    fixed = {name: getattr(args, name) for name in KNOBS if getattr(args, name) is not None}  # 0 is a value
     if all(name in fixed for name in ("tp", "pp", "dp")):
         plan = plan_from(args, microbatch=1, chunks=1, schedule="1f1b", zero=0, offload=False,
                          sequence_parallel=False, recompute="none", shard=0)
@@ -106,7 +106,7 @@ def cmd_run_3d(args) -> dict:
         args.world_size = args.dp * args.pp * args.tp  # the grid fixes it: no default of 4 here
     check_run_flags(args)
     _checks.check_int("steps", args.steps, 1, MAX_STEPS)
-    chunks = args.chunks or (2 if args.schedule == "interleaved" else 1)
+    chunks = args.chunks if args.chunks is not None else (2 if args.schedule == "interleaved" else 1)  # 0 is refused
     model, _, batch, _ = prepare(args.dp, args.pp, args.tp, args.zero, args.schedule, chunks, args.microbatches,
                                  args.steps, args.layers, args.hidden, args.heads, args.seed, 1e-2, args.world_size,
                                  args.backend, args.timeout)  # refuse first

@@ -36,8 +36,13 @@ FIXABLE = ("tp", "pp", "dp", "microbatch", "chunks", "schedule", "zero", "offloa
 MAX_MICROBATCH = 32
 
 
+MAX_BATCH = 1 << 40  # sequences per step: far beyond any run, small enough for exact integer arithmetic
+
+
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Every divisor of n, in O(√n)."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
 
 
 def _splits(model: Transformer, pp: int) -> list[tuple[int, int, int]]:
@@ -61,8 +66,9 @@ def _layouts(model: Transformer, c: Cluster, global_batch: int, fixed: dict) -> 
             if pp > model.layers or fixed.get("pp", pp) != pp or fixed.get("dp", dp) != dp or global_batch % dp:
                 continue
             per_replica = global_batch // dp
-            for split, b in itertools.product(_splits(model, pp), _divisors(per_replica)):
-                if b > MAX_MICROBATCH or fixed.get("microbatch", b) != b:
+            micro = [b for b in range(1, MAX_MICROBATCH + 1) if per_replica % b == 0]
+            for split, b in itertools.product(_splits(model, pp), micro):
+                if fixed.get("microbatch", b) != b:
                     continue
                 m = per_replica // b
                 schedules = [(1, 1)] if pp == 1 else [(0, 1), (1, 1)] + [
@@ -143,6 +149,19 @@ def evaluate(model: Transformer, c: Cluster, global_batch: int, k: Knobs, precis
     return mem, time, fits
 
 
+def _check_fixed(name: str, value) -> None:
+    """A constraint the search holds fixed, refused in one line if no plan could have it."""
+    from .._checks import check_bool
+    if name in ("tp", "pp", "dp", "microbatch", "chunks"):
+        check_int(name, value, 1)
+    elif name in ("zero", "shard"):
+        check_int(name, value, 0, 3 if name == "zero" else MAX_BATCH)
+    elif name in ("offload", "sequence_parallel"):
+        check_bool(name, value)
+    else:
+        check_choice(name, value, {"schedule": SCHEDULES, "recompute": RECOMPUTE}[name])
+
+
 def _settings(precision: str, attention: str, overlap: str, bucket=()) -> None:
     check_choice("precision", precision, PRECISIONS)
     check_choice("attention", attention, ATTENTION)
@@ -154,10 +173,11 @@ def search(model: Transformer, c: Cluster, global_batch: int, precision: str = "
            attention: str = "flash", overlap: str = "dp,params", bucket: tuple = (), **fixed) -> dict:
     """Best plan, the next `top` - 1, rejected plans by reason, the explanation with its ties and notes.
     `fixed`: any of FIXABLE; `precision`, `attention`, `overlap`, `bucket`: the framework's settings."""
-    check_int("global_batch", global_batch, 1)
+    check_int("global_batch", global_batch, 1, MAX_BATCH)
     _settings(precision, attention, overlap, bucket)
-    for name in fixed:
+    for name, value in fixed.items():
         check_choice("constraint", name, FIXABLE)
+        _check_fixed(name, value)
     k = candidates(model, c, global_batch, fixed, attention, overlap, tuple(bucket))
     if len(k.tp) == 0:
         raise ValueError(f"global_batch={global_batch}: no layout of gpus={c.gpus} divides the batch, heads and "
@@ -189,7 +209,7 @@ def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str 
     """{family: its fastest plan that fits, else its plan needing the least memory (fits False)}, in the
     order of `families` (default: every family the search finds): the winner beside the strategies that lose,
     for `render.hybrid.draw_plan_memory` / `draw_time_breakdown`."""
-    check_int("global_batch", global_batch, 1)
+    check_int("global_batch", global_batch, 1, MAX_BATCH)
     _settings(precision, attention, overlap, bucket)
     k = candidates(model, c, global_batch, {}, attention, overlap, tuple(bucket))
     mem, time, fits = evaluate(model, c, global_batch, k, precision)
