@@ -46,7 +46,6 @@ def cmd_plan(args) -> dict:
     if "stage_layers" in fixed:
         raise ValueError(f"stage_layers={fixed['stage_layers']}: give it with --tp, --pp and --dp (one plan); "
                          "the search tries the even split and one layer fewer on the end stages")
-    plan_from(args)  # refuse a bad --overlap before searching
     found = search(model, c, args.global_batch, precision=args.precision, attention=args.attention,
                    overlap=args.overlap, bucket=bucket_from(args.bucket), **fixed)
     out = {"best": found["best"], "candidates": found["candidates"], "rejected": found["rejected"],

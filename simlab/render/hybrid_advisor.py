@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from ..i18n import _
 from ..sim.advisor_explain import tie_line
+from .text import rows_table
 from .zero import GB
 
 COLUMNS = ("#", "tp", "pp", "dp", "b", "schedule×v", "stages", "zero", "offload", "SP", "recompute", "GB/GPU",
@@ -61,7 +62,6 @@ def advisor_text(result: dict, top: int = 5, max_reasons: int = 8) -> str:
 def published_runs_text(rows: list[dict], summary: dict) -> str:
     """`sim.published.validation()` as a fixed-width table: each run's tokens/s per GPU published and ours, the
     error and the range its unknown knobs span; then `sim.published.summary` in one paragraph."""
-    from .text import rows_table
     table = rows_table([{_("run"): r["what"], _("GPUs"): f"{r['gpus']} × {r['gpu']}",
                          _("published"): f"{r['published']:,.0f}", _("ours"): f"{r['ours']:,.0f}",
                          _("error"): f"{r['error']:+.1%}",

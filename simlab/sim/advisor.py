@@ -26,7 +26,8 @@ from .._checks import check_choice, check_int
 from .advisor_explain import explain, family, rejections, representative  # noqa: F401  (family: API)
 from .advisor_explain import families as family_names
 from .hardware import Cluster
-from .hybrid import ATTENTION, PRECISIONS, RECOMPUTE, SCHEDULES, Plan, check_bucket, check_overlap, check_plan
+from .hybrid import (ATTENTION, PRECISIONS, RECOMPUTE, SCHEDULES, Plan, check_bucket, check_overlap, check_plan,
+                     layers_per_stage)
 from .hybrid_memory import Knobs, per_gpu
 from .hybrid_time import step
 from .model import Transformer
@@ -47,7 +48,7 @@ def _divisors(n: int) -> list[int]:
 
 def _splits(model: Transformer, pp: int) -> list[tuple[int, int, int]]:
     """(first, fullest middle, last) layers: the even split, and one layer fewer on both end stages."""
-    even = -(-model.layers // pp)
+    even = layers_per_stage(model, pp)
     rows = [(even, even if pp > 2 else 0, even)]
     ends = even - 1
     if pp > 2 and ends >= 1:
@@ -112,8 +113,7 @@ def candidates(model: Transformer, c: Cluster, global_batch: int, fixed: dict, a
 
 def _stage_layers(model: Transformer, pp: int, first: int, last: int) -> list[int]:
     """The explicit split of a plan whose end stages hold fewer layers ([] for the even split)."""
-    even = -(-model.layers // pp)
-    if pp <= 2 or first == even:
+    if pp <= 2 or first == layers_per_stage(model, pp):
         return []
     rest, middle = model.layers - first - last, pp - 2
     return [first] + [rest // middle + (i < rest % middle) for i in range(middle)] + [last]
@@ -142,11 +142,15 @@ def describe(mem: dict, time: dict, fits, k: Knobs, i: int, model: Transformer) 
             "hidden": {key: float(v[i]) for key, v in time["hidden"].items()}}
 
 
+def fits(mem: dict, c: Cluster):
+    """Whether plans fit: the GPU's usable memory, and the host's under Offload (arrays or numbers)."""
+    return (mem["total"] <= c.gpu.usable_memory) & (mem["cpu"] * c.gpus_per_node <= c.host_memory)
+
+
 def evaluate(model: Transformer, c: Cluster, global_batch: int, k: Knobs, precision: str):
-    """Memory, time and fit of every plan in `k`; `fits` also checks the host's memory under Offload."""
+    """Memory, time and fit (`fits`) of every plan in `k`."""
     mem, time = per_gpu(model, k, global_batch, precision), step(model, k, c, global_batch, precision)
-    fits = (mem["total"] <= c.gpu.usable_memory) & (mem["cpu"] * c.gpus_per_node <= c.host_memory)
-    return mem, time, fits
+    return mem, time, fits(mem, c)
 
 
 def _check_fixed(name: str, value) -> None:
@@ -197,9 +201,8 @@ def evaluate_plan(model: Transformer, c: Cluster, global_batch: int, plan: Plan)
     """One fully given plan (tp, pp and dp fixed), checked first: the CLI's `simlab plan` without search."""
     check_plan(model, plan, c.gpus, global_batch)
     mem, time = per_gpu(model, plan, global_batch), step(model, plan, c, global_batch)
-    fits = mem["total"] <= c.gpu.usable_memory and mem["cpu"] * c.gpus_per_node <= c.host_memory
     keys = ("params", "grads", "optimizer", "activations", "total")
-    return {"config": plan.to_dict(), "fits": bool(fits), "bytes_per_gpu": {key: mem[key] for key in keys},
+    return {"config": plan.to_dict(), "fits": bool(fits(mem, c)), "bytes_per_gpu": {key: mem[key] for key in keys},
             "cpu_bytes_per_gpu": mem["cpu"], "usable_bytes_per_gpu": c.gpu.usable_memory, **time}
 
 

@@ -34,7 +34,7 @@ device properties, cited in ARCHITECTURE.md).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -99,7 +99,6 @@ class GPU:
         return (self.memory - CUDA_CONTEXT - NCCL_BUFFERS) * (1 - FRAGMENTATION)
 
     def with_(self, **changes) -> "GPU":
-        from dataclasses import replace
         return replace(self, **changes)
 
 

@@ -85,9 +85,9 @@ def layer_seconds(model: Transformer, k: Knobs, c, precision: str) -> dict:
         elementwise = elementwise + 3 * sum(m * kk + m * n for m, n, kk in shapes) / gpu.hbm_bandwidth
     forward = fwd + attn_f + elementwise + OPS_LAYER["forward"] * gpu.op_overhead
     backward = dgrad + wgrad + attn_b + 2 * elementwise + OPS_LAYER["backward"] * gpu.op_overhead
-    eager = k.attention == ATTENTION.index("eager")
-    softmax = K_ELEMENTWISE * (5 if model.dropout else 2) * model.heads * model.seq ** 2 * k.b / k.tp * a_b / 2
-    selective = np.where(eager, attn_f + softmax / gpu.hbm_bandwidth, 0)
+    # selective recomputation redoes eager attention's core: its GEMMs and the s² tensors it drops
+    scores = kept - layer_activation_bytes(model, k, recompute=1) * a_b / 2
+    selective = np.where(k.attention == ATTENTION.index("eager"), attn_f + K_ELEMENTWISE * scores / gpu.hbm_bandwidth, 0)
     message = k.b * model.seq * model.hidden * a_b  # one (b, s, h) activation
     tp = np.where(k.sp, reduce_scatter(c, 1, k.tp, message) + all_gather(c, 1, k.tp, message),
                   all_reduce(c, 1, k.tp, message))

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..trace import Trace
 from .hardware import Cluster
-from .hybrid import SCHEDULES, STATE_BYTES, Plan
+from .hybrid import ACTIVATION_BYTES, SCHEDULES, STATE_BYTES, Plan
 from .hybrid_layer import layer_seconds, output_seconds
 from .hybrid_memory import FIRST, LAST, MIDDLE, Knobs, knobs, stage_params
 from .model import Transformer
@@ -87,7 +87,7 @@ def _stages(model, k, c, precision, executor):
                LAST: k.last * per_layer + edge["logits"]}
     tp = {FIRST: k.first * tp_layer + edge["edges"], MIDDLE: k.mid * tp_layer,
           LAST: k.last * tp_layer + np.where(k.pp == 1, 0, edge["edges"])}
-    stride, act = k.tp * k.dp, k.b * model.seq * model.hidden * (2 if precision != "fp32" else 4)
+    stride, act = k.tp * k.dp, k.b * model.seq * model.hidden * ACTIVATION_BYTES[precision]
     p2p = np.where(k.pp > 1, 2 * _chunks(k) * send(c, stride, k.pp, act / k.tp), 0)
     total = (model.layers * (per_layer + tp_layer) + edge["logits"] + edge["edges"]
              + np.where(k.pp > 1, k.pp * p2p, 0))

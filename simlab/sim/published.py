@@ -25,6 +25,7 @@ from .hybrid_memory import per_gpu
 from .hybrid_time import step
 from .memory import per_gpu_bytes
 from .model import NARAYANAN_SHAPES, PRESETS
+from .advisor import fits
 from .published_runs import RUNS
 
 GIB = 2**30
@@ -124,7 +125,7 @@ def validation() -> list[dict]:
         rows.append({**_row(run.key, run.published, ours), "gpu": run.gpu, "gpus": run.gpus,
                      "framework": run.framework, "printed": run.printed, "swing": swing,
                      "memory_gib": run.memory_gib, "ours_gib": mem["total"] / GIB,
-                     "fits": bool(mem["total"] <= c.gpu.usable_memory)})
+                     "fits": bool(fits(mem, c))})
     return rows
 
 
