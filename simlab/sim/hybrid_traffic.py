@@ -58,7 +58,7 @@ def rank_states(model: Transformer, plan: Plan, pp_rank: int) -> dict:
 
 def bytes_per_rank(model: Transformer, plan: Plan, global_batch: int, itemsize: int = 4) -> dict:
     """{"tp" | "pp" | "dp": [bytes each global rank sends in one step]}, in the mesh's rank order."""
-    mesh = Mesh(plan.pp, plan.dp, plan.tp)
+    mesh = Mesh(pp=plan.pp, dp=plan.dp, tp=plan.tp)
     m, b, s, h = global_batch // (plan.dp * plan.microbatch), plan.microbatch, model.seq, model.hidden
     last, per = plan.pp * plan.chunks - 1, layers_per_chunk(model.layers, plan)
     out = {"tp": [], "pp": [], "dp": []}

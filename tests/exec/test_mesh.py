@@ -1,5 +1,6 @@
 """simlab.exec.mesh on real gloo ranks: the groups it makes hold exactly `Mesh.group_of`'s ranks, match
-torch's own DeviceMesh, and are independent (an all_reduce in one group sees only that group)."""
+torch's own DeviceMesh (3-D, 4-D and 5-D grids, and a grid with a dummy sixth dimension), and are
+independent (an all_reduce in one group sees only that group)."""
 import multiprocessing
 
 import pytest
@@ -8,60 +9,89 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 
 from simlab.exec.launch import launch
-from simlab.exec.mesh import new_groups
-from simlab.sim.mesh import KINDS, Mesh
+from simlab.exec.mesh import device_mesh, new_groups
+from simlab.sim.mesh import Mesh
 
 
-def _groups_on_each_rank(rank, world_size, shape, wrong_shape=None):
+class Mesh6(Mesh):
+    """A dummy sixth dimension "xp" between ep and dp: the only change a new dimension needs."""
+    DIMS = ("tp", "cp", "ep", "xp", "dp", "pp")
+
+
+def _groups_on_each_rank(rank, world_size, cls, sizes, wrong_sizes=None):
     refused = None
-    if wrong_shape is not None:  # refused on every rank alike, so the real call below still lines up
+    if wrong_sizes is not None:  # refused on every rank alike, so the real calls below still line up
         try:
-            new_groups(Mesh(*wrong_shape))
+            new_groups(cls(**wrong_sizes))
         except ValueError as e:
             refused = str(e)
-    mine = new_groups(Mesh(*shape))
-    device_mesh = init_device_mesh("cpu", shape, mesh_dim_names=("pp", "dp", "tp"))
-    found = {}
-    for kind in KINDS:
+    mesh = cls(**sizes)
+    mine = new_groups(mesh)
+    ours = device_mesh(mesh, "cpu")  # torch's DeviceMesh over mesh.axes, the dimensions the mesh shows
+    # torch's DeviceMesh over EVERY dimension, size 1 included, its shape written out here slowest first:
+    # row-major with the last dimension fastest is Megatron's order read backwards
+    names = tuple(reversed(cls.DIMS))
+    full = init_device_mesh("cpu", tuple(getattr(mesh, d) for d in names), mesh_dim_names=names)
+    found = {"keys": list(mine), "ours_names": ours.mesh_dim_names}
+    for dim in cls.DIMS:
         # [rank, 2**rank]: the sum of the ranks, and a bitmask that names exactly who took part
         x = torch.tensor([rank, 1 << rank], dtype=torch.int64)
-        dist.all_reduce(x, group=mine[kind])
-        found[kind] = {"ours": tuple(dist.get_process_group_ranks(mine[kind])),
-                       "torch": tuple(dist.get_process_group_ranks(device_mesh.get_group(kind))),
-                       "sum": x.tolist()}
+        dist.all_reduce(x, group=mine[dim])
+        found[dim] = {"ours": tuple(dist.get_process_group_ranks(mine[dim])),
+                      "torch": tuple(dist.get_process_group_ranks(full.get_group(dim))),
+                      "device_mesh": (tuple(dist.get_process_group_ranks(ours.get_group(dim)))
+                                      if dim in mesh.axes else None),
+                      "sum": x.tolist()}
     return found, refused
 
 
-@pytest.mark.parametrize("shape, wrong_shape", [((1, 2, 2), (2, 2, 2)), ((2, 2, 2), None)])
-def test_groups_match_mesh_and_device_mesh_and_reduce_independently(shape, wrong_shape):
-    mesh = Mesh(*shape)
-    results = launch(_groups_on_each_rank, mesh.world_size, shape, wrong_shape, backend="gloo", timeout=60)
+CASES = [  # (class, sizes, a wrong mesh to be refused first)
+    (Mesh, dict(pp=1, dp=2, tp=2), dict(pp=2, dp=2, tp=2)),
+    (Mesh, dict(pp=2, dp=2, tp=2), None),
+    (Mesh, dict(pp=2, dp=2, cp=2, tp=2), None),  # 4-D, 16 ranks
+    (Mesh, dict(pp=3, ep=2, cp=2), None),  # 5-D in torch's full mesh, (3, 1, 2, 2, 1): sizes that differ
+    (Mesh, dict(pp=2, dp=2, ep=2, cp=2, tp=2), None),  # 5-D, 32 ranks
+    (Mesh6, dict(pp=2, xp=2, ep=2, tp=2), None),  # the dummy sixth dimension
+]
+
+
+@pytest.mark.parametrize("cls, sizes, wrong_sizes", CASES,
+                         ids=[f"{c.__name__}-" + "-".join(f"{k}{v}" for k, v in s.items()) for c, s, _w in CASES])
+def test_groups_match_mesh_and_device_mesh_and_reduce_independently(cls, sizes, wrong_sizes):
+    mesh = cls(**sizes)
+    results = launch(_groups_on_each_rank, mesh.world_size, cls, sizes, wrong_sizes, backend="gloo", timeout=120)
     for rank, (found, refused) in enumerate(results):
-        if wrong_shape is not None:
-            wrong = Mesh(*wrong_shape)
+        if wrong_sizes is not None:
+            wrong = cls(**wrong_sizes)
             assert refused == f"world_size={mesh.world_size}: {wrong!r} needs {wrong.world_size} ranks"
-        for kind in KINDS:
-            members = mesh.group_of(kind, rank)
-            assert found[kind]["ours"] == members, (rank, kind)
-            assert found[kind]["torch"] == members, (rank, kind)
-            assert found[kind]["sum"] == [sum(members), sum(1 << r for r in members)], (rank, kind)
+        assert found["keys"] == list(cls.DIMS)  # a group for every dimension, size 1 too
+        assert found["ours_names"] == mesh.axes
+        for dim in cls.DIMS:
+            members = mesh.group_of(dim, rank)
+            assert found[dim]["ours"] == members, (rank, dim)
+            assert found[dim]["torch"] == members, (rank, dim)
+            assert found[dim]["device_mesh"] == (members if dim in mesh.axes else None), (rank, dim)
+            assert found[dim]["sum"] == [sum(members), sum(1 << r for r in members)], (rank, dim)
     assert multiprocessing.active_children() == []
 
 
 def test_refuses_without_a_default_group():
     assert not dist.is_initialized()
-    with pytest.raises(RuntimeError, match="init_process_group first"):
+    with pytest.raises(RuntimeError, match="new_groups: call torch.distributed.init_process_group first"):
         new_groups(Mesh())
+    with pytest.raises(RuntimeError, match="device_mesh: call torch.distributed.init_process_group first"):
+        device_mesh(Mesh())
 
 
 def test_world_size_mismatch_is_refused_before_any_group_is_made(monkeypatch):
     def must_not_run(*args, **kwargs):
-        raise AssertionError("new_group called before the size check")
+        raise AssertionError("a group was made before the size check")
 
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.setattr(dist, "get_world_size", lambda group=None: 6)
     monkeypatch.setattr(dist, "new_group", must_not_run)
-    with pytest.raises(ValueError) as info:
-        new_groups(Mesh(pp=2, dp=2, tp=2))
-    assert str(info.value) == "world_size=6: Mesh(pp=2, dp=2, tp=2) needs 8 ranks"
-
+    monkeypatch.setattr("simlab.exec.mesh.init_device_mesh", must_not_run)
+    for make in (new_groups, device_mesh):
+        with pytest.raises(ValueError) as info:
+            make(Mesh(pp=2, dp=2, tp=2))
+        assert str(info.value) == "world_size=6: Mesh(pp=2, dp=2, tp=2) needs 8 ranks"

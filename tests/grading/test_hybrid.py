@@ -58,7 +58,7 @@ def test_bad_answers_are_one_line(key, plan, message, capsys):
 
 
 def fake_run(bytes_rank0, groups=None):
-    mesh = Mesh(PREDICTION_GRID["pp"], PREDICTION_GRID["dp"], PREDICTION_GRID["tp"])
+    mesh = Mesh(pp=PREDICTION_GRID["pp"], dp=PREDICTION_GRID["dp"], tp=PREDICTION_GRID["tp"])
     groups = groups or {k: [list(g) for g in mesh.groups(k)] for k in KINDS}
 
     def run(**kw):

@@ -6,17 +6,18 @@ import pytest
 
 matplotlib.use("Agg")
 
-from simlab.sim.advisor import evaluate_plan, family, search  # noqa: E402
-from simlab.sim.hardware import cluster  # noqa: E402
-from simlab.sim.hybrid import Plan  # noqa: E402
-from simlab.sim.mesh import Mesh  # noqa: E402
-from simlab.sim.model import PRESETS  # noqa: E402
-from simlab.render.hybrid import (KINDS, MEMORY_COLOR, TEXT_WIDTH, draw_mesh, draw_plan_memory,  # noqa: E402
-                                  draw_time_breakdown, mesh_text)
-from simlab.render.hybrid_advisor import advisor_text  # noqa: E402
-from simlab.sim.advisor_explain import tie_line  # noqa: E402
-from simlab.render.mpl import figure_png  # noqa: E402
-from simlab.render.zero import PART_COLOR  # noqa: E402
+from simlab.sim.advisor import evaluate_plan, family, search  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.hardware import cluster  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.hybrid import Plan  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.mesh import Mesh  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.model import PRESETS  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.hybrid import (  # noqa: E402 — after matplotlib.use("Agg")
+    KINDS, MEMORY_COLOR, TEXT_WIDTH, draw_mesh, draw_plan_memory,
+    draw_time_breakdown, mesh_text)
+from simlab.render.hybrid_advisor import advisor_text  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.advisor_explain import tie_line  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.mpl import figure_png  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.zero import PART_COLOR  # noqa: E402 — after matplotlib.use("Agg")
 
 GB = 1e9
 # (pp, dp, tp), GPUs per node: a node split by TP and DP, pure DP, the 64-GPU 3-D grid, one GPU, 64 one-GPU
@@ -59,7 +60,7 @@ def test_mesh_text_tp_across_nodes_and_long_groups():
 
 @pytest.mark.parametrize("shape,per_node", MESHES)
 def test_mesh_text_lists_every_group_and_its_link(shape, per_node):
-    mesh = Mesh(*shape)
+    mesh = Mesh(**dict(zip(("pp", "dp", "tp"), shape)))
     text = mesh_text(mesh, per_node)
     ours = text.splitlines()[len(mesh.to_text().splitlines()):]
     assert all(len(line) <= TEXT_WIDTH for line in ours)
@@ -84,7 +85,7 @@ def tp_runs(mesh, per_node):
 
 @pytest.mark.parametrize("shape,per_node", MESHES)
 def test_draw_mesh_has_a_box_per_rank_and_a_mark_per_group(shape, per_node):
-    mesh = Mesh(*shape)
+    mesh = Mesh(**dict(zip(("pp", "dp", "tp"), shape)))
     ax = draw_mesh(mesh, per_node).axes[0]
     slots = min(per_node, mesh.world_size)
     assert len(gid(ax, "rank")) == mesh.world_size

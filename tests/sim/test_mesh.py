@@ -1,24 +1,104 @@
-"""simlab.sim.mesh: Megatron-LM's rank order (tp fastest, then dp, then pp), its groups, links and errors."""
+"""simlab.sim.mesh: Megatron-LM's rank order (tp fastest, then cp, ep, dp, pp), its groups, links and errors,
+on the lessons' 3-D grid, on 4-D and 5-D grids, and on a subclass with one more (dummy) dimension."""
 import itertools
+import math
+import pickle
 import sys
 
 import pytest
 
-from simlab.sim.mesh import KINDS, Coords, Mesh
+from simlab.sim.mesh import DIMS, KINDS, Coords, Mesh
 
 SHAPES = [(pp, dp, tp) for pp, dp, tp in itertools.product([1, 2, 3, 4], repeat=3)] + [(2, 4, 8), (4, 2, 2)]
 
 
+def mesh3(shape):
+    pp, dp, tp = shape
+    return Mesh(pp=pp, dp=dp, tp=tp)
+
+
+class Mesh6(Mesh):
+    """A dummy sixth dimension "xp" between ep and dp: the only change a new dimension needs."""
+    DIMS = ("tp", "cp", "ep", "xp", "dp", "pp")
+
+
+# (class, sizes): 3-D, 4-D, 5-D, sizes that differ per dimension (a swapped pair of axes shows), and the dummy 6-D
+GRIDS = [(Mesh, dict(pp=2, dp=2, tp=2)), (Mesh, dict(pp=2, dp=3, cp=2, tp=2)), (Mesh, dict(dp=2, ep=3, tp=2)),
+         (Mesh, dict(pp=3, ep=2, cp=2)), (Mesh, dict(cp=4)), (Mesh, dict(pp=2, dp=2, ep=2, cp=2, tp=2)),
+         (Mesh, dict(pp=2, dp=3, ep=2, cp=3, tp=2)), (Mesh6, dict(pp=2, xp=3, tp=2)),
+         (Mesh6, dict(pp=2, dp=2, xp=2, ep=3, cp=2, tp=2))]
+IDS = [f"{cls.__name__}-" + "-".join(f"{k}{v}" for k, v in sizes.items()) for cls, sizes in GRIDS]
+
+
+def reference(cls, sizes):
+    """Written from the definition, not from the code under test: rank = Σ index[d]·stride[d] over all of
+    cls.DIMS, stride[d] = the product of the sizes of the dimensions before d (the faster ones)."""
+    dims = cls.DIMS
+    size = {d: sizes.get(d, 1) for d in dims}
+    stride = {d: math.prod(size[e] for e in dims[:i]) for i, d in enumerate(dims)}
+    ranks = {}  # index tuple (over dims, fastest first) -> global rank
+    for index in itertools.product(*(range(size[d]) for d in dims)):
+        ranks[index] = sum(i * stride[d] for i, d in zip(index, dims))
+    return dims, size, ranks
+
+
+@pytest.mark.parametrize("cls, sizes", GRIDS, ids=IDS)
+def test_every_method_agrees_with_the_definition_for_any_number_of_dimensions(cls, sizes):
+    dims, size, ranks = reference(cls, sizes)
+    mesh = cls(**sizes)
+    axes = tuple(d for d in reversed(dims) if d in KINDS or size[d] > 1)  # slowest first
+    assert mesh.axes == axes and mesh.shape == tuple(size[a] for a in axes)
+    assert mesh.world_size == math.prod(size.values()) == len(ranks)
+    assert sorted(ranks.values()) == list(range(mesh.world_size))  # a bijection
+    assert repr(mesh) == f"{cls.__name__}(" + ", ".join(f"{a}={size[a]}" for a in axes) + ")"
+    assert all(getattr(mesh, d) == size[d] for d in dims)
+    for index, rank in ranks.items():
+        named = dict(zip(dims, index))
+        shown = [named[a] for a in axes]
+        assert mesh.rank_of(*shown) == rank
+        assert mesh.coords(rank) == tuple(shown) and mesh.coords(rank)._asdict() == {a: named[a] for a in axes}
+        assert mesh.grid()[tuple(shown)] == rank
+    for kind in dims:
+        groups = {}  # the ranks that agree on every other index, found from the definition
+        for index, rank in ranks.items():
+            others = tuple(i for i, d in zip(index, dims) if d != kind)
+            groups.setdefault(others, []).append(rank)
+        expected = sorted(tuple(sorted(g)) for g in groups.values())
+        assert mesh.groups(kind) == expected
+        assert all(mesh.group_of(kind, r) in expected and r in mesh.group_of(kind, r) for r in ranks.values())
+        assert mesh.stride(kind) == math.prod(size[d] for d in dims[:dims.index(kind)])
+        for per_node in (1, 2, 4, 8):
+            crosses = any(len({r // per_node for r in g}) > 1 for g in expected)
+            assert mesh.link(kind, per_node) == ("inter-node" if crosses else "intra-node")
+
+
+@pytest.mark.parametrize("cls, sizes", GRIDS, ids=IDS)
+def test_text_shows_every_rank_once_in_rows_of_the_fastest_axis(cls, sizes):
+    mesh = cls(**sizes)
+    *slow, across, inner = mesh.axes
+    lines = mesh.to_text().splitlines()
+    rows = math.prod(getattr(mesh, a) for a in slow)
+    assert len(lines) == 2 + rows + 1  # title, header, one row per index of the slower axes, legend
+    assert lines[0].startswith(f"{mesh!r}: {mesh.world_size} ranks, rank = ")
+    assert lines[1].split() == [f"{across}={i}" for i in range(getattr(mesh, across))]
+    numbers = [int(x) for line in lines[2:-1] for x in line.split("  ", 1)[1].replace("[", " ").replace("]", " ").split()]
+    assert numbers == list(range(mesh.world_size))  # rank order, left to right, top to bottom
+    assert lines[-1].startswith(f"[..] = a {inner} group; same slot across a row = a {across} group; ")
+    assert mesh.to_text() == cls(**sizes).to_text()  # deterministic
+
+
 @pytest.mark.parametrize("shape", SHAPES)
 def test_formula_and_coords_are_inverse_bijections(shape):
-    mesh = Mesh(*shape)
+    mesh = mesh3(shape)
     pp, dp, tp = shape
     assert mesh.world_size == pp * dp * tp
     seen = set()
     for p, d, t in itertools.product(range(pp), range(dp), range(tp)):
         rank = mesh.rank_of(p, d, t)
         assert rank == (p * dp + d) * tp + t
-        assert mesh.coords(rank) == Coords(p, d, t) == (p, d, t)
+        assert mesh.coords(rank) == Coords(pp=p, dp=d, tp=t) == (p, d, t)
+        pp_r, dp_r, tp_r = mesh.coords(rank)  # how lesson 6's code reads them
+        assert (pp_r, dp_r, tp_r) == (mesh.coords(rank).pp, mesh.coords(rank).dp, mesh.coords(rank).tp)
         seen.add(rank)
     assert seen == set(range(mesh.world_size))
     assert all(mesh.rank_of(*mesh.coords(r)) == r for r in range(mesh.world_size))
@@ -27,7 +107,7 @@ def test_formula_and_coords_are_inverse_bijections(shape):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("kind", KINDS)
 def test_groups_partition_the_ranks(shape, kind):
-    mesh = Mesh(*shape)
+    mesh = mesh3(shape)
     groups = mesh.groups(kind)
     size = getattr(mesh, kind)
     assert len(groups) == mesh.world_size // size
@@ -41,6 +121,24 @@ def test_groups_partition_the_ranks(shape, kind):
         others = [k for k in KINDS if k != kind]
         assert all(getattr(mesh.coords(r), k) == getattr(mesh.coords(rank), k) for r in group for k in others)
         assert [getattr(mesh.coords(r), kind) for r in group] == list(range(size))
+
+
+def test_size_one_dimensions_change_no_text():
+    """cp and ep of size 1 are digits that are always 0: the lessons' grid reads exactly as before."""
+    mesh = Mesh(pp=2, dp=2, tp=2, cp=1, ep=1)
+    assert mesh == Mesh(pp=2, dp=2, tp=2) and hash(mesh) == hash(Mesh(tp=2, dp=2, pp=2))
+    assert repr(mesh) == "Mesh(pp=2, dp=2, tp=2)" and repr(Mesh(dp=2, tp=2)) == "Mesh(pp=1, dp=2, tp=2)"
+    assert mesh.axes == ("pp", "dp", "tp") and mesh.shape == (2, 2, 2)
+    assert repr(mesh.coords(5)) == "Coords(pp=1, dp=0, tp=1)"
+    assert mesh.groups("cp") == mesh.groups("ep") == [(r,) for r in range(8)]
+    assert mesh.to_text().splitlines()[0] == "Mesh(pp=2, dp=2, tp=2): 8 ranks, rank = (pp_rank*dp + dp_rank)*tp + tp_rank"
+    assert Mesh(cp=2) != Mesh(dp=2) and Mesh(dp=2) != Mesh6(dp=2)  # same sizes, different grid kinds
+
+
+def test_dims_order_is_megatrons():
+    assert DIMS == Mesh.DIMS == ("tp", "cp", "ep", "dp", "pp")  # Megatron-LM's default order "tp-cp-ep-dp-pp"
+    assert KINDS == ("tp", "dp", "pp")
+    assert Mesh6(pp=2, xp=3, tp=2).axes == ("pp", "dp", "xp", "tp")  # dp=1 still shown: one of the lessons' three
 
 
 def test_tp_groups_are_runs_of_adjacent_ranks():
@@ -79,24 +177,34 @@ def test_link():
     assert Mesh(tp=16).link("tp", gpus_per_node=8) == "inter-node"  # tp wider than a node
     assert Mesh(dp=4).link("dp", gpus_per_node=1) == "inter-node"
     assert Mesh(pp=4).link("tp", gpus_per_node=1) == "intra-node"  # size-1 groups never leave a GPU
+    assert Mesh(dp=2, cp=4, tp=2).link("cp", gpus_per_node=8) == "intra-node"  # cp strides tp: 0 2 4 6
+    assert Mesh(dp=2, cp=4, tp=2).link("dp", gpus_per_node=8) == "inter-node"
 
 
 def test_from_world():
     assert Mesh.from_world(8) == Mesh(dp=8)
     assert Mesh.from_world(24, pp=2, tp=4) == Mesh(pp=2, dp=3, tp=4)
+    assert Mesh.from_world(32, pp=2, ep=2, cp=2, tp=2) == Mesh(pp=2, dp=2, ep=2, cp=2, tp=2)
+    assert Mesh6.from_world(12, xp=3) == Mesh6(xp=3, dp=4)
 
 
 @pytest.mark.parametrize("make, message", [
     (lambda: Mesh(tp=0), "tp=0: must be >= 1"),
     (lambda: Mesh(pp=-1), "pp=-1: must be >= 1"),
     (lambda: Mesh(dp=1.5), "dp=1.5: must be an integer"),
+    (lambda: Mesh(cp=True), "cp=True: must be an integer"),
+    (lambda: Mesh(xp=2), "xp=2: not a dimension; the dimensions are tp, cp, ep, dp, pp"),
     (lambda: Mesh.from_world(6, pp=2, tp=2), "world_size=6: must be divisible by pp*tp = 4"),
+    (lambda: Mesh.from_world(12, pp=2, cp=2, tp=2), "world_size=12: must be divisible by pp*cp*tp = 8"),
+    (lambda: Mesh.from_world(8, dp=2), "dp=2: from_world sets dp to the ranks left; give only the others"),
     (lambda: Mesh.from_world(0), "world_size=0: must be >= 1"),
-    (lambda: Mesh(2, 2, 2).rank_of(0, 2, 0), "dp_rank=2: must be between 0 and 1"),
-    (lambda: Mesh(2, 2, 2).coords(8), "rank=8: must be between 0 and 7"),
-    (lambda: Mesh(2, 2, 2).groups("ep"), "kind='ep': must be one of tp, dp, pp"),
-    (lambda: Mesh(2, 2, 2).group_of("cp", 0), "kind='cp': must be one of tp, dp, pp"),
-    (lambda: Mesh(2, 2, 2).link("tp", 0), "gpus_per_node=0: must be >= 1"),
+    (lambda: Mesh(pp=2, dp=2, tp=2).rank_of(0, 2, 0), "dp_rank=2: must be between 0 and 1"),
+    (lambda: Mesh(pp=2, dp=2, tp=2).rank_of(0, 1), "coords=(0, 1): must be 3 indices, one per axis pp, dp, tp"),
+    (lambda: Mesh(pp=2, dp=2, tp=2).coords(8), "rank=8: must be between 0 and 7"),
+    (lambda: Mesh(pp=2, dp=2, tp=2).groups("xp"), "kind='xp': must be one of tp, cp, ep, dp, pp"),
+    (lambda: Mesh(pp=2, dp=2, tp=2).group_of("sp", 0), "kind='sp': must be one of tp, cp, ep, dp, pp"),
+    (lambda: Mesh(pp=2, dp=2, tp=2).group_of("tp", 8), "rank=8: must be between 0 and 7"),
+    (lambda: Mesh(pp=2, dp=2, tp=2).link("tp", 0), "gpus_per_node=0: must be >= 1"),
 ])
 def test_errors_are_one_line_and_name_the_parameter(make, message):
     with pytest.raises(ValueError) as info:
@@ -104,16 +212,34 @@ def test_errors_are_one_line_and_name_the_parameter(make, message):
     assert str(info.value) == message
 
 
+def test_keyword_only():
+    with pytest.raises(TypeError):
+        Mesh(2, 2, 2)  # positional sizes would change meaning whenever DIMS grows
+
+
 def test_frozen_and_text_is_deterministic():
     mesh = Mesh(pp=2, dp=3, tp=2)
     with pytest.raises(AttributeError):
         mesh.tp = 4
+    with pytest.raises(AttributeError):
+        mesh.coords(1).tp = 4
     text = mesh.to_text()
     assert text == Mesh(pp=2, dp=3, tp=2).to_text()
     lines = text.splitlines()
     assert len(lines) == 2 + mesh.pp + 1  # title, dp header, one row per pipeline stage, legend
     assert lines[2] == "pp=0  [ 0  1]  [ 2  3]  [ 4  5]"
     assert lines[3] == "pp=1  [ 6  7]  [ 8  9]  [10 11]"
+
+
+def test_mesh_and_coords_pickle():
+    """Launchers send a Mesh to every worker, and workers send Coords back: both must survive pickling."""
+    for mesh in (Mesh(pp=2, dp=2, tp=2), Mesh(pp=2, dp=2, ep=2, cp=2, tp=2), Mesh6(xp=2, tp=2)):
+        again = pickle.loads(pickle.dumps(mesh))
+        assert again == mesh and repr(again) == repr(mesh) and type(again) is type(mesh)
+        c = mesh.coords(mesh.world_size - 1)
+        assert pickle.loads(pickle.dumps(c)) == c and repr(pickle.loads(pickle.dumps(c))) == repr(c)
+    with pytest.raises(AttributeError, match="its fields are pp, dp, tp"):
+        Mesh(pp=2).coords(1).cp
 
 
 def test_simulator_side_does_not_import_torch():
