@@ -23,22 +23,23 @@ from pathlib import Path
 from _common import load_warning  # benchmarks/ is on sys.path when run as a script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from simlab.exec.hybrid_calibrate import measure  # noqa: E402
-from simlab.parity.hybrid import run_hybrid  # noqa: E402
-from simlab.sim.hardware import save_calibration  # noqa: E402
+from simlab.exec.hybrid_calibrate import measure  # noqa: E402 — after sys.path gains the checkout
+from simlab.parity.hybrid import run_hybrid  # noqa: E402 — after sys.path gains the checkout
+from simlab.sim.hardware import save_calibration  # noqa: E402 — after sys.path gains the checkout
 
 TARGET = 0.25
 SIZES = {"hidden": 256, "heads": 4, "seq": 128, "steps": 3}
-PLANS = {4: [(4, 1, 1, 0), (4, 1, 1, 1), (1, 4, 1, 0), (1, 1, 4, 0), (2, 2, 1, 0), (2, 1, 2, 0), (1, 2, 2, 0),
-             (2, 2, 1, 1)],  # (dp, pp, tp, zero)
-         8: [(2, 2, 2, 0), (2, 2, 2, 1), (8, 1, 1, 0), (1, 2, 4, 0)]}
+GRID = ("tp", "dp", "pp", "zero")  # Megatron's order, as `run_hybrid` names them
+PLANS = {4: [(1, 4, 1, 0), (1, 4, 1, 1), (1, 1, 4, 0), (4, 1, 1, 0), (1, 2, 2, 0), (2, 2, 1, 0), (2, 1, 2, 0),
+             (1, 2, 2, 1)],
+         8: [(2, 2, 2, 0), (2, 2, 2, 1), (1, 8, 1, 0), (4, 1, 2, 0)]}
 
 
-def row(dp: int, pp: int, tp: int, zero: int) -> dict:
+def row(tp: int, dp: int, pp: int, zero: int) -> dict:
     """One real run and the model's prediction of it (`run_hybrid` predicts with the calibrated machine)."""
-    real = run_hybrid(dp, pp, tp, **SIZES, zero=zero)
+    real = run_hybrid(tp=tp, dp=dp, pp=pp, **SIZES, zero=zero)
     ratio = real["predicted_step_seconds"] / real["measured_step_seconds"]
-    return {"dp": dp, "pp": pp, "tp": tp, "zero": zero, "measured_s": real["measured_step_seconds"],
+    return {"tp": tp, "dp": dp, "pp": pp, "zero": zero, "measured_s": real["measured_step_seconds"],
             "predicted_s": real["predicted_step_seconds"], "ratio": ratio, "within_target": abs(ratio - 1) <= TARGET,
             "breakdown": real["predicted_breakdown"], "parity": real["max_abs_diff_vs_reference"]}
 
@@ -68,14 +69,14 @@ def main(argv=None) -> int:
         print(f"  calibrated with {n} processes: matmul {c['matmul_flops'] / 1e9:.1f} GFLOP/s, op overhead "
               f"{c['op_overhead'] * 1e6:.1f} µs, ring α {c['ring_alpha'] * 1e3:.2f} ms, "
               f"β {c['ring_bandwidth'] / 1e9:.2f} GB/s")
-    print(f"  {'dp pp tp zero':>14}  {'measured':>9}  {'predicted':>9}  {'pred/meas':>9}  biggest predicted parts")
+    print(f"  {' '.join(GRID):>14}  {'measured':>9}  {'predicted':>9}  {'pred/meas':>9}  biggest predicted parts")
     for r in rows:
         parts = sorted(((v, k) for k, v in r["breakdown"].items() if v > 0), reverse=True)[:3]
-        print(f"  {r['dp']:>2} {r['pp']:>2} {r['tp']:>2} {r['zero']:>4}  {r['measured_s'] * 1e3:7.1f}ms  "
+        print(f"  {r['tp']:>2} {r['dp']:>2} {r['pp']:>2} {r['zero']:>4}  {r['measured_s'] * 1e3:7.1f}ms  "
               f"{r['predicted_s'] * 1e3:7.1f}ms  {r['ratio']:9.2f} {'✓' if r['within_target'] else '✗'}  "
               + ", ".join(f"{k} {v * 1e3:.0f}ms" for v, k in parts))
     for n in args.world_sizes:
-        mine = [r for r in rows if r["dp"] * r["pp"] * r["tp"] == n]
+        mine = [r for r in rows if r["tp"] * r["dp"] * r["pp"] == n]
         print(f"  {n} processes: {sum(r['within_target'] for r in mine)} of {len(mine)} within ±{TARGET:.0%}, "
               f"pred/meas {min(r['ratio'] for r in mine):.2f}–{max(r['ratio'] for r in mine):.2f}")
     if 8 in args.world_sizes and (os.cpu_count() or 1) < 8:

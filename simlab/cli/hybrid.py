@@ -94,34 +94,33 @@ def add_commands(sub, run) -> None:
 
 
 def cmd_run_3d(args) -> dict:
-    """`simlab run 3d`: DP × PP × TP (+ ZeRO-1) on real processes vs one process, bytes and memory vs the
-    model, the step time vs its prediction."""
+    """`simlab run 3d`: TP × DP × PP (+ ZeRO-1) on real processes vs one process, bytes and memory vs the
+    model, the step time vs its prediction. The run is described and checked once (`sim.hybrid_run`); this
+    command adds only what a command line needs: torchrun's world size, a ceiling on steps, a writable
+    --trace, room in this machine's memory, a warning when the processes outnumber the cores."""
     import os
     import sys
 
-    from ..parity.hybrid import prepare, run_hybrid
-    from .common import MAX_STEPS, check_memory, check_run_flags
-    if args.world_size is None and "WORLD_SIZE" not in os.environ:
-        args.world_size = args.dp * args.pp * args.tp  # the grid fixes it: no default of 4 here
-    check_run_flags(args)
+    from ..parity.hybrid import backend_for, run_3d
+    from ..sim.hybrid_run import HybridRun
+    from .common import MAX_STEPS, check_memory, check_writable, run_output, torchrun_world_size
+    if args.world_size is None:  # torchrun's; else the grid fixes it (no default of 4 here)
+        args.world_size = torchrun_world_size(default=None)
     _checks.check_int("steps", args.steps, 1, MAX_STEPS)
-    chunks = args.chunks if args.chunks is not None else (2 if args.schedule == "interleaved" else 1)  # 0 is refused
-    model, _, batch, _ = prepare(args.dp, args.pp, args.tp, args.zero, args.schedule, chunks, args.microbatches,
-                                 args.steps, args.layers, args.hidden, args.heads, args.seed, 1e-2, args.world_size,
-                                 args.backend, args.timeout)  # refuse first
-    # the one-process reference and every rank at worst hold the whole GPT: weights, grads, Adam's two
-    # moments (16 B per parameter), and a layer's activations per sequence (~34 values per token and feature)
-    per_process = 16 * model.params + 4 * 34 * batch * model.seq * model.hidden * model.layers
-    sizes = f"--hidden={model.hidden} --layers={model.layers} --microbatches={batch // (2 * args.dp)}"
-    check_memory(sizes, (args.world_size + 1) * per_process, "the GPT and its batch")
-    if args.world_size > (os.cpu_count() or 1):
-        print(f"simlab run 3d: warning: {args.world_size} processes on {os.cpu_count()} cores take turns; "
+    spec = HybridRun.build(tp=args.tp, dp=args.dp, pp=args.pp, zero=args.zero, schedule=args.schedule,
+                           chunks=args.chunks, microbatches=args.microbatches, layers=args.layers,
+                           hidden=args.hidden, heads=args.heads, steps=args.steps, seed=args.seed,
+                           world_size=args.world_size, backend=args.backend, timeout=args.timeout)
+    if args.trace is not None:
+        check_writable("--trace", args.trace)
+    backend = backend_for(spec)  # can it run here: the last refusal, before anything is printed
+    m = spec.model
+    check_memory(f"--hidden={m.hidden} --layers={m.layers} --microbatches={spec.microbatches}",
+                 spec.machine_bytes(), "the GPT and its batch")
+    if spec.world_size > (os.cpu_count() or 1):
+        print(f"simlab run 3d: warning: {spec.world_size} processes on {os.cpu_count()} cores take turns; "
               "the run is correct but its times stretch", file=sys.stderr)
-    res = run_hybrid(args.dp, args.pp, args.tp, zero=args.zero, schedule=args.schedule, chunks=chunks,
-                     microbatches=args.microbatches, steps=args.steps, layers=args.layers, hidden=args.hidden,
-                     heads=args.heads, seed=args.seed, world_size=args.world_size, backend=args.backend,
-                     timeout=args.timeout)
-    from .common import run_output
+    res = run_3d(spec, backend)
     return run_output({"config": res["config"]}, res, "losses", "reference_losses", "groups",
                       "predicted_bytes_per_rank", "bytes_sent_per_group", "predicted_bytes_per_group",
                       "measured_memory_per_rank", "predicted_memory_per_rank", "measured_step_seconds",
@@ -130,8 +129,8 @@ def cmd_run_3d(args) -> dict:
 
 def add_run_3d(run) -> None:
     from .common import add_run_flags
-    p = run.add_parser("3d", help="DP × PP × TP (+ ZeRO-1) on real processes: a small GPT vs one process")
-    for name in ("dp", "pp", "tp"):
+    p = run.add_parser("3d", help="TP × DP × PP (+ ZeRO-1) on real processes: a small GPT vs one process")
+    for name in ("tp", "dp", "pp"):  # Megatron's order
         p.add_argument(f"--{name}", type=int, default=1, help=f"{name} size (default 1)")
     p.add_argument("--zero", type=int, default=0, help="0 or 1: ZeRO-1 shards Adam's state over the DP group")
     p.add_argument("--schedule", choices=("1f1b", "interleaved"), default="1f1b", help="pipeline schedule")

@@ -3,7 +3,7 @@ stage, the pipeline across stages, and data parallelism (optionally ZeRO-1) acro
 1 to 5 on one set of ranks, the primer's "DP+TP+PP+ZeRO-1".
 
 What it teaches: nothing new is needed, only groups. `simlab.exec.mesh.new_groups` gives each rank its
-TP, PP and DP group (Megatron's grid: TP fastest, then DP, then PP), and every engine already takes one:
+TP, DP and PP group (Megatron's grid: TP fastest, then DP, then PP), and every engine already takes one:
 - TP (lesson 5): each block's attention and MLP are `ParallelSelfAttention` / `ParallelMLP` on the TP
   group; the token table and the output layer are split by vocabulary (`VocabParallelEmbedding`, a
   column-parallel head) and the loss is the vocab-parallel cross-entropy, as in Megatron;
@@ -21,16 +21,24 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..sim.hybrid_traffic import chunks_of, layers_per_chunk
+from ..sim.model import Transformer
 from ..trace import Recorder
 from .collectives import ring_all_reduce
-from .models import GPT
+from .models import GPT, make_gpt
 from .tensor_parallel import ColumnParallelLinear, CommStats, ParallelMLP, ParallelSelfAttention, ReduceFromTP
 from .zero import adam_update
 from .zero_shards import all_gather, bytes_sent, from_rows, into_rows, new_rows, own_block, reduce_scatter_mean
 
 
+def gpt_for(model: Transformer, seed: int = 0) -> GPT:
+    """The seeded GPT of a run's `model` (`sim.hybrid_run.HybridRun.model`), whole, on the CPU: the one
+    process trains it, and every rank cuts its own part out of it (`make_chunks`)."""
+    return make_gpt(model.layers, model.hidden, model.heads, model.seq, model.vocab, seed)
+
+
 def _vocab_rows(vocab: int, stats: CommStats) -> slice:
-    rows = vocab // stats.world_size  # the CLI and the parity run check that t divides V
+    """The rows of a vocabulary of `vocab` tokens this TP rank owns: [r·V/t, (r+1)·V/t)."""
+    rows = vocab // stats.world_size  # `sim.hybrid_run.HybridRun` checks that t divides V
     return slice(stats.rank * rows, (stats.rank + 1) * rows)
 
 
@@ -117,7 +125,8 @@ class ParallelHead(nn.Module):
 
 
 def make_chunks(gpt: GPT, plan, pp_rank: int, stats: CommStats, device=None) -> dict[int, nn.Module]:
-    """{chunk index: module} this pipeline rank runs; chunk c holds layers [c·L/S, (c+1)·L/S) of S = p·v."""
+    """{chunk index: module} this pipeline rank runs under `plan` (`sim.hybrid.Plan`); chunk c holds layers
+    [c·L/S, (c+1)·L/S) of S = p·v, chunk 0 the embedding too and chunk S − 1 the output layer."""
     per, last = layers_per_chunk(len(gpt.blocks), plan), plan.pp * plan.chunks - 1
     out = {}
     for c in chunks_of(plan, pp_rank):
@@ -127,8 +136,10 @@ def make_chunks(gpt: GPT, plan, pp_rank: int, stats: CommStats, device=None) -> 
     return out
 
 
-def loss_for(stats: CommStats, start: int):
-    """The last chunk's loss(logits (b, s, V/t), targets (b, s)), for `PipelineRank(loss=...)`."""
+def loss_for(stats: CommStats, vocab: int):
+    """The last chunk's loss(logits (b, s, V/t), targets (b, s)) over a vocabulary of `vocab` tokens, for
+    `PipelineRank(loss=...)`: this rank's logits are the columns of the rows its embedding owns."""
+    start = _vocab_rows(vocab, stats).start
     return lambda logits, targets: VocabParallelCrossEntropy.apply(logits, targets, stats, start)
 
 

@@ -230,8 +230,8 @@ def strategy_explorer(scenario: str = "nodes-slow", run=None, predict=None):
             if not best:
                 raise ValueError(_("nothing fits: nothing to run"))
             small = scaled_down(best)
-            return run(small["dp"], small["pp"], small["tp"], zero=small["zero"], schedule=small["schedule"],
-                       chunks=small["chunks"])
+            return run(tp=small["tp"], dp=small["dp"], pp=small["pp"], zero=small["zero"],
+                       schedule=small["schedule"], chunks=small["chunks"])
 
         def shown(result: dict):
             fig = draw_predicted_vs_real(predict(result), result) if predict is not None else None

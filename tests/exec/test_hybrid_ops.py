@@ -64,3 +64,31 @@ def test_the_optimizer_step_makes_ops_per_tensor_times_tensors_plus_adams_own():
     per_tensor = (three - one) / (2 * ht.TENSORS_PER_LAYER)
     assert per_tensor == ht.OPS_PER_TENSOR
     assert one - per_tensor * (ht.TENSORS_PER_LAYER + ht.TENSORS_OUTSIDE) == ht.OPS_ADAM
+
+
+def _saved_bytes(gpt, x, y) -> int:
+    """Bytes of the tensors autograd keeps for the backward of one forward, the parameters excepted."""
+    params = {p.untyped_storage().data_ptr() for p in gpt.parameters()}
+    saved = {}
+
+    def keep(t):
+        if t.untyped_storage().data_ptr() not in params:
+            saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda t: t):
+        gpt_loss(gpt(x), y)
+    return sum(saved.values())
+
+
+def test_the_run_3d_memory_bound_holds_the_activations_autograd_really_keeps():
+    """`HybridRun.process_bytes`: 16 B per parameter and lesson 6's activation model; what the course's GPT
+    really saves for the backward is at most the model's activations and not far below (0.7-0.95 of it)."""
+    from simlab.exec.hybrid import gpt_for
+    from simlab.sim.hybrid_run import HybridRun
+    for knobs in ({}, {"hidden": 64, "heads": 4, "seq": 32, "layers": 4, "microbatches": 4},
+                  {"tp": 1, "hidden": 256, "heads": 4, "seq": 128}, {"tp": 1, "hidden": 100, "heads": 2}):
+        spec = HybridRun.build(**{"tp": 2, "dp": 2, "pp": 1} | knobs)
+        m = spec.model
+        x, y = make_tokens(spec.global_batch, m.seq, m.vocab)
+        modelled = spec.process_bytes() - 16 * m.params
+        assert 0.7 * modelled <= _saved_bytes(gpt_for(m), x, y) <= modelled, knobs

@@ -1,26 +1,31 @@
-"""Lesson 6's 3-D run on real processes: for every (dp, pp, tp) with dp·pp·tp ≤ 8, with ZeRO-1 off and on
+"""Lesson 6's 3-D run on real processes: for every (tp, dp, pp) with tp·dp·pp ≤ 8, with ZeRO-1 off and on
 (and the interleaved schedule where there is a pipeline), the losses of every step and every parameter
 after the last equal one process's within 1e-5, every group carries exactly the bytes the model
-predicts, and every rank holds exactly the model states the memory model predicts."""
+predicts, and every rank holds exactly the model states the memory model predicts. And the run is
+described once: `simlab run 3d` builds one `HybridRun`, checks it once, and hands that very spec to the
+workers."""
+import inspect
 import itertools
 
 import pytest
 
 import simlab.exec.hybrid as H
 import simlab.exec.tensor_parallel as T
+import simlab.parity.hybrid as P
 from simlab.parity.hybrid import run_hybrid
+from simlab.sim.hybrid_run import HybridRun
 
 TOL = 1e-5
-GRIDS = [(dp, pp, tp) for dp, pp, tp in itertools.product(range(1, 9), repeat=3) if dp * pp * tp <= 8]
+GRIDS = [(tp, dp, pp) for tp, dp, pp in itertools.product(range(1, 9), repeat=3) if tp * dp * pp <= 8]
 
 
 def variants(pp):
     return ({"zero": 1},) + (({"schedule": "interleaved", "chunks": 2},) if pp > 1 else ())
 
 
-@pytest.mark.parametrize("dp, pp, tp", GRIDS, ids=lambda x: str(x))
-def test_every_grid_trains_like_one_process_with_the_predicted_bytes_and_memory(dp, pp, tp):
-    res = run_hybrid(dp, pp, tp, steps=2, variants=variants(pp))
+@pytest.mark.parametrize("tp, dp, pp", GRIDS, ids=lambda x: str(x))
+def test_every_grid_trains_like_one_process_with_the_predicted_bytes_and_memory(tp, dp, pp):
+    res = run_hybrid(tp=tp, dp=dp, pp=pp, steps=2, variants=variants(pp))
     runs = [res] + res["variants"]
     assert len(runs) == 1 + len(variants(pp)) and len(GRIDS) == 38
     for run in runs:
@@ -35,30 +40,97 @@ def test_every_grid_trains_like_one_process_with_the_predicted_bytes_and_memory(
 
 
 def test_zero_1_shards_the_optimizer_state():
-    res = run_hybrid(4, 1, 2, steps=2, variants=({"zero": 1},))
+    res = run_hybrid(tp=2, dp=4, pp=1, steps=2, variants=({"zero": 1},))
     plain, zero1 = res["measured_memory_per_rank"][0], res["variants"][0]["measured_memory_per_rank"][0]
     assert zero1["params"] == plain["params"] and zero1["optimizer"] * 4 >= plain["optimizer"] > zero1["optimizer"] * 3
 
 
 def test_a_missing_data_parallel_reduction_is_caught(monkeypatch):
     monkeypatch.setattr(H, "ring_all_reduce", lambda tensor, recorder=None, group=None: None)  # forked ranks inherit
-    res = run_hybrid(2, 1, 1, steps=2)
+    res = run_hybrid(tp=1, dp=2, pp=1, steps=2)
     assert res["max_abs_diff_vs_reference"] > 1e-3
 
 
 def test_a_missing_tensor_parallel_sum_is_caught(monkeypatch):
     monkeypatch.setattr(T.CopyToTP, "backward", staticmethod(lambda ctx, grad: (grad, None)))  # f forgets to sum
-    res = run_hybrid(1, 1, 2, steps=2)
+    res = run_hybrid(tp=2, dp=1, pp=1, steps=2)
     assert res["max_abs_diff_vs_reference"] > 1e-3
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(dp=2, pp=1, tp=3, heads=4), "heads=4: must be divisible by tp=3"),
-    (dict(dp=1, pp=3, tp=1, layers=4), "layers=4: must be divisible by pp × chunks = 3 × 1"),
-    (dict(dp=2, pp=1, tp=1, world_size=3), "world_size=3: must be dp × pp × tp = 2 × 1 × 1"),
-    (dict(dp=1, pp=1, tp=1, zero=2), "zero=2"),
-    (dict(dp=1, pp=2, tp=1, schedule="gpipe"), "schedule='gpipe'"),
+    (dict(tp=3, dp=2, pp=1, heads=4), "heads=4: must be divisible by tp=3"),
+    (dict(tp=1, dp=1, pp=3, layers=4), "layers=4: must be divisible by pp × chunks = 3 × 1"),
+    (dict(tp=1, dp=2, pp=1, world_size=3), "world_size=3: must be tp × dp × pp = 1 × 2 × 1"),
+    (dict(tp=1, dp=1, pp=1, zero=2), "zero=2"),
+    (dict(tp=1, dp=1, pp=2, schedule="gpipe"), "schedule='gpipe'"),
 ])
-def test_bad_grids_are_refused_before_anything_runs(kwargs, message, no_launch):
+def test_bad_grids_are_refused_before_anything_runs(kwargs, message, no_launch, monkeypatch):
+    monkeypatch.setattr(P, "reference_model", lambda *a, **k: pytest.fail("the reference ran"))
     with pytest.raises(ValueError, match=message):
         run_hybrid(**kwargs)
+
+
+def test_the_grid_is_keyword_only_in_megatrons_order():
+    params = inspect.signature(run_hybrid).parameters
+    assert list(params)[:3] == ["tp", "dp", "pp"]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in params.values())
+    with pytest.raises(TypeError):
+        run_hybrid(2, 2, 2)  # which is dp? No order to remember: the names say it
+
+
+class Stop(BaseException):
+    """Raised where the workers would start (a BaseException: the CLI's `except Exception` lets it by)."""
+
+
+def test_simlab_run_3d_builds_and_checks_the_run_once_and_hands_that_spec_to_the_workers(monkeypatch):
+    from simlab.cli import main
+    built, checked, launched = [], [], []
+    build, check_run = HybridRun.build.__func__, P.check_run
+
+    def counted_build(cls, **knobs):
+        built.append(build(cls, **knobs))
+        return built[-1]
+
+    def fake_launch(fn, world_size, *args, **kwargs):
+        launched.append((fn, world_size, args, kwargs))
+        raise Stop
+
+    monkeypatch.setattr(HybridRun, "build", classmethod(counted_build))
+    monkeypatch.setattr(P, "check_run", lambda *a: checked.append(a) or check_run(*a))
+    monkeypatch.setattr(P, "launch", fake_launch)
+    with pytest.raises(Stop):
+        main(["run", "3d", "--tp", "2", "--steps", "1", "--backend", "gloo"])
+    (spec,) = built
+    assert (spec.plan.tp, spec.plan.dp, spec.plan.pp, spec.steps, spec.backend) == (2, 1, 1, 1, "gloo")
+    assert checked == [(2, "gloo", 120.0, 0)]  # the backend, resolved once
+    assert launched == [(P.train_3d, 2, (spec,), {"backend": "gloo", "timeout": 120.0})]
+
+
+def test_simlab_run_3d_refuses_the_memory_the_spec_computes(monkeypatch, capsys, no_launch):
+    import simlab.cli.common as C
+    from simlab.cli import main
+    spec = HybridRun.build(tp=1, dp=2, pp=1, hidden=64, heads=2)
+    monkeypatch.setattr(C, "available_memory", lambda: 1.9 * spec.machine_bytes())
+    with pytest.raises(SystemExit):
+        main(["run", "3d", "--dp", "2", "--hidden", "64", "--heads", "2"])
+    err = capsys.readouterr().err
+    assert f"--hidden=64 --layers=2 --microbatches=2: the GPT and its batch would need about " \
+           f"{spec.machine_bytes() / 1e9:.3g} GB" in err and err.count("\n") == 1
+    monkeypatch.setattr(C, "available_memory", lambda: 2.1 * spec.machine_bytes())
+    with pytest.raises(BaseException, match="a process was started"):  # room enough: on to the launch
+        main(["run", "3d", "--dp", "2", "--hidden", "64", "--heads", "2", "--backend", "gloo"])
+
+
+def test_the_strategy_explorer_runs_its_plan_by_keyword():
+    """The one caller in the package that passes `run_hybrid` on (lesson 6's explorer) must name the grid."""
+    import matplotlib
+    matplotlib.use("Agg")
+    from simlab.render.hybrid_widgets import strategy_explorer
+    calls = []
+
+    def keyword_only(*, tp, dp, pp, **kw):
+        calls.append((tp, dp, pp))
+        raise RuntimeError("stop here")
+
+    strategy_explorer("node-fits", run=keyword_only).run_control.run_now()
+    assert calls == [(1, 2, 1)]
