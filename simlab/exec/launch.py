@@ -56,9 +56,11 @@ def resolve_backend(backend: str, world_size: int) -> str:
 
 
 def device() -> torch.device:
-    """Where this rank should put its tensors: its own GPU under NCCL, else the CPU. Every engine takes
+    """Where this rank should put its tensors: its own GPU under NCCL, else the CPU — unless SIMLAB_DEVICE=cuda
+    puts any backend's ranks on GPUs (launch: rank r on GPU r mod GPUs; gloo ranks may share one, NCCL's may not;
+    gloo moves CUDA tensors in its collectives, not in send/recv: tools/gpu_check.py). Every engine takes
     its device from its tensors or a `device=` argument; the parity runs pass this one."""
-    if dist.is_initialized() and dist.get_backend() == "nccl":
+    if dist.is_initialized() and (dist.get_backend() == "nccl" or os.environ.get("SIMLAB_DEVICE") == "cuda"):
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
 
@@ -72,6 +74,10 @@ def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="au
     """
     _check_fn(fn)
     backend = resolve_backend(backend, world_size)
+    wanted = check_choice("SIMLAB_DEVICE", os.environ.get("SIMLAB_DEVICE") or "cpu", ("cpu", "cuda"))
+    gpus = torch.cuda.device_count() if backend == "nccl" or wanted == "cuda" else 0  # rank r: GPU r mod gpus
+    if wanted == "cuda" and not gpus:
+        raise ValueError("SIMLAB_DEVICE=cuda: this machine has no CUDA GPU (unset it to run on the CPU)")
     timeout = check_positive("timeout", timeout)
     check_choice("start_method", start_method, START_METHODS)
     if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
@@ -87,7 +93,7 @@ def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="au
     except OSError as err:  # only a bad $SIMLAB_MASTER_ADDR gets here: name it
         raise ValueError(f"SIMLAB_MASTER_ADDR={host!r}: cannot listen there ({err.strerror or err})") from None
     port = sock.getsockname()[1]
-    setup = dict(backend=backend, host=host, port=port, timeout=timeout, gloo_ifname=_gloo_interface(host))
+    setup = dict(backend=backend, host=host, port=port, timeout=timeout, gloo_ifname=_gloo_interface(host), gpus=gpus)
     stacks = tempfile.mkdtemp(prefix="simlab-launch-")  # where a hung rank dumps its stack when asked
     stack_files = [os.path.join(stacks, f"rank{rank}.stack") for rank in range(world_size)]
     procs, conns, store, ok = [], [], None, False
@@ -185,8 +191,8 @@ def _worker(fn, rank, world_size, args, kwargs, setup, stack_file, conn):
     gc.freeze()  # inherited objects are the parent's: teardown's gc.collect() skips them (saves 0.2 s)
     payload = None
     try:
-        if setup["backend"] == "nccl":
-            torch.cuda.set_device(rank)
+        if setup["gpus"]:  # NCCL: GPU `rank`, one each; SIMLAB_DEVICE=cuda: GPU rank mod GPUs, maybe shared
+            torch.cuda.set_device(rank % setup["gpus"])
         if setup["gloo_ifname"]:  # loopback only, see _gloo_interface
             os.environ.setdefault("GLOO_SOCKET_IFNAME", setup["gloo_ifname"])
         # The parent owns the clock; our own timeouts are only a backstop, so they fire a bit later.
@@ -268,8 +274,8 @@ def _run_under_torchrun(fn, world_size, args, kwargs, backend, timeout):
         raise ValueError(f"world_size={world_size}: torchrun started WORLD_SIZE={started} processes")
     created = not dist.is_initialized()  # a group the caller made is the caller's to destroy
     if created:
-        if backend == "nccl":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+        if backend == "nccl" or os.environ.get("SIMLAB_DEVICE") == "cuda":
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
         dist.init_process_group(backend, init_method="env://", timeout=datetime.timedelta(seconds=timeout))
     try:
         rank = dist.get_rank()
