@@ -16,9 +16,9 @@ from pathlib import Path
 from _common import load_warning  # benchmarks/ is on sys.path when run as a script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from simlab.sim.advisor import family, search  # noqa: E402
-from simlab.sim.hardware import cluster  # noqa: E402
-from simlab.sim.model import PRESETS  # noqa: E402
+from simlab.sim.advisor import family, search  # noqa: E402 — after sys.path gains the checkout
+from simlab.sim.hardware import cluster  # noqa: E402 — after sys.path gains the checkout
+from simlab.sim.model import PRESETS  # noqa: E402 — after sys.path gains the checkout
 
 TARGET = 2.0
 

@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from _common import load_warning  # noqa: E402
-from browser_tests.lab import chromium, lessons, new_page, running_lab  # noqa: E402
-from browser_tests.notebook import Notebook  # noqa: E402
+from _common import load_warning  # noqa: E402 — after sys.path gains benchmarks/
+from browser_tests.lab import chromium, lessons, new_page, running_lab  # noqa: E402 — after sys.path gains benchmarks/
+from browser_tests.notebook import Notebook  # noqa: E402 — after sys.path gains benchmarks/
 
 TARGET_MS = {"player step": 100.0, "explorer change": 250.0}
 TIMEOUT_MS = 20_000  # a repetition with no new picture by then counts as missing, not as 20 s
@@ -85,7 +85,7 @@ def _ok(row: dict) -> bool:
 
 
 def _line(row: dict) -> str:
-    fmt = lambda ms: "—" if ms is None else f"{ms:.0f} ms"  # noqa: E731
+    fmt = lambda ms: "—" if ms is None else f"{ms:.0f} ms"  # noqa: E731 — a local formatter
     ok = _ok(row)
     missing = f"  ({row['missing']} without a new picture)" if row["missing"] else ""
     return (f"{row['lesson']:<6} {row['widget']:<28} {row['what']:<15} {row['control']:<28} {row['n']:>3} "

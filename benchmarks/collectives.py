@@ -25,8 +25,8 @@ import torch.distributed as dist
 from _common import paired_quartiles  # benchmarks/ is on sys.path when run as a script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from simlab.exec.collectives import ring_all_reduce  # noqa: E402
-from simlab.exec.launch import device, launch  # noqa: E402
+from simlab.exec.collectives import ring_all_reduce  # noqa: E402 — after sys.path gains the checkout
+from simlab.exec.launch import device, launch  # noqa: E402 — after sys.path gains the checkout
 
 MB = 2**20
 

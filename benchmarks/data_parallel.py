@@ -34,9 +34,10 @@ from _common import count, load_warning, paired_quartiles  # benchmarks/ is on s
 import torch.distributed as dist
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from simlab.exec.data_parallel import BucketedDDP  # noqa: E402
-from simlab.exec.launch import launch  # noqa: E402
-from simlab.exec.models import loss_fn, make_batch, make_mlp, mlp_sizes, num_params, shard  # noqa: E402
+from simlab.exec.data_parallel import BucketedDDP  # noqa: E402 — after sys.path gains the checkout
+from simlab.exec.launch import launch  # noqa: E402 — after sys.path gains the checkout
+from simlab.exec.models import (  # noqa: E402 — after sys.path gains the checkout
+    loss_fn, make_batch, make_mlp, mlp_sizes, num_params, shard)
 
 CONTENDERS = ("ours-ring", "ours-ring-counted", "ours-torch-ar", "torch-ddp")
 OURS = CONTENDERS[:3]

@@ -38,9 +38,9 @@ from torch import nn
 from _common import load_warning  # benchmarks/ is on sys.path when run as a script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from simlab.plan import Action  # noqa: E402
-from simlab.sim.pipeline import simulate  # noqa: E402
-from simlab.sim.schedules import interleaved  # noqa: E402
+from simlab.plan import Action  # noqa: E402 — after sys.path gains the checkout
+from simlab.sim.pipeline import simulate  # noqa: E402 — after sys.path gains the checkout
+from simlab.sim.schedules import interleaved  # noqa: E402 — after sys.path gains the checkout
 
 TARGET = 3.0  # ours must be at least this many times faster than torch's constructor
 

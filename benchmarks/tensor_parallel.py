@@ -32,10 +32,11 @@ import torch.distributed as dist
 from _common import load_warning, paired_quartiles  # benchmarks/ is on sys.path when run as a script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from simlab.exec.launch import launch  # noqa: E402
-from simlab.exec.tensor_parallel import ParallelMLP, ParallelSelfAttention  # noqa: E402
-from simlab.exec.models import make_block, make_input  # noqa: E402
-from simlab.parity.tensor_parallel import torch_plan  # noqa: E402
+from simlab.exec.launch import launch  # noqa: E402 — after sys.path gains the checkout
+from simlab.exec.tensor_parallel import (  # noqa: E402 — after sys.path gains the checkout
+    ParallelMLP, ParallelSelfAttention)
+from simlab.exec.models import make_block, make_input  # noqa: E402 — after sys.path gains the checkout
+from simlab.parity.tensor_parallel import torch_plan  # noqa: E402 — after sys.path gains the checkout
 
 CONTENDERS = ("ours", "torch-dtensor")
 TARGET = 1.10
@@ -79,7 +80,7 @@ def _worker(rank, world_size, block, batch, seq, hidden, heads, steps, warmup) -
 def run(world_size: int = 4, block: str = "mlp", batch: int = 4, seq: int = 128, hidden: int = 512,
         heads: int = 8, steps: int = 20, warmup: int = 3) -> dict:
     load = os.getloadavg()[0]  # the load before our ranks add theirs
-    import torch.distributed.tensor.parallel  # noqa: F401  lazy modules: import once, every forked rank inherits
+    import torch.distributed.tensor.parallel  # noqa: F401 — import once here: every forked rank inherits it
     ranks = launch(_worker, world_size, block, batch, seq, hidden, heads, steps, warmup, backend="gloo",
                    timeout=1800)  # CPU tensors and a "cpu" mesh: gloo even where GPUs exist
     slowest = {name: [max(r["times"][name][i] for r in ranks) for i in range(steps)] for name in CONTENDERS}

@@ -34,9 +34,10 @@ import torch.distributed as dist
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
-from simlab.exec.launch import launch  # noqa: E402
-from simlab.exec.models import loss_fn, make_batch, make_mlp, mlp_sizes, num_params, shard  # noqa: E402
-from simlab.exec.zero import ZeroAdam  # noqa: E402
+from simlab.exec.launch import launch  # noqa: E402 — after sys.path gains the checkout
+from simlab.exec.models import (  # noqa: E402 — after sys.path gains the checkout
+    loss_fn, make_batch, make_mlp, mlp_sizes, num_params, shard)
+from simlab.exec.zero import ZeroAdam  # noqa: E402 — after sys.path gains the checkout
 
 CONTENDERS = ("ours-z3", "torch-fsdp2", "ours-z1", "torch-zero1", "ours-z2", "ours-z2-offload", "ours-z3-offload")
 PEER = {"ours-z3": "torch-fsdp2", "ours-z1": "torch-zero1", "ours-z2": "torch-zero1",
@@ -111,8 +112,8 @@ def run(params: int, world_size: int = 4, steps: int = 20, warmup: int = 3, glob
         contenders=CONTENDERS) -> dict:
     contenders = tuple(contenders)
     sizes, load = mlp_sizes(params, depth=4), os.getloadavg()[0]  # the load before our ranks add theirs
-    import torch.distributed.fsdp  # noqa: F401  lazy modules: import once here, every forked rank inherits
-    import torch.distributed.optim  # noqa: F401
+    import torch.distributed.fsdp  # noqa: F401 — import once here: every forked rank inherits it
+    import torch.distributed.optim  # noqa: F401 — import once here: every forked rank inherits it
     slowest = {}
     for group in GROUPS:  # one launch per peer group: a contender's heap is not churned by unrelated ones
         names = tuple(n for n in group if n in contenders)

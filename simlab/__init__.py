@@ -9,13 +9,10 @@ from .sim.cost import alpha_beta
 from .sim.stepper import PlanError, simulate
 from .trace import Event, Trace
 
-from . import _moved
-
 __version__ = "0.2.0"
 __all__ = ["Action", "CollectivePlan", "Transfer", "split_sizes", "make_inputs", "make_plan", "naive_all_reduce",
            "ring_all_gather", "ring_all_reduce", "ring_reduce_scatter", "tree_broadcast", "alpha_beta", "PlanError",
            "simulate", "Event", "Trace", "launch", "WorkerError", "set_language"]
-_moved.install()  # old module paths (before 0.2) still import, with a DeprecationWarning
 
 # set_language("zh"): Chinese figures, tables and grader lines (simlab.i18n; loads matplotlib only for zh)
 _LAZY = {"launch": "simlab.exec.launch", "WorkerError": "simlab.exec.launch", "set_language": "simlab.i18n"}

@@ -37,7 +37,6 @@ from pathlib import Path
 from ._checks import check_choice
 
 LANGUAGES = ("en", "zh")
-DOMAIN = "simlab"
 LOCALE_DIR = Path(__file__).with_name("locale")
 # Noto Sans CJK SC first (simplified Chinese glyph shapes), then faces a system may have
 CJK_FAMILIES = ("Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "WenQuanYi Zen Hei", "PingFang SC",
@@ -82,10 +81,6 @@ def catalog(lang: str) -> gettext.NullTranslations:
 def po_paths(lang: str) -> list[Path]:
     """simlab.po (the shared header and lesson 6) and one <lesson>.po per lesson, merged into one catalog."""
     return sorted((LOCALE_DIR / lang / "LC_MESSAGES").glob("*.po"))
-
-
-def po_path(lang: str) -> Path:
-    return LOCALE_DIR / lang / "LC_MESSAGES" / f"{DOMAIN}.po"
 
 
 def entries(lang: str) -> dict[str, str]:

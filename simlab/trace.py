@@ -2,24 +2,25 @@
 
 A simulated run and a real run of the same plan produce traces that differ only in timing.
 `Trace.signature()` drops the timing, so "simulated == real" is one equality check.
-`Recorder` is the one way every engine records its events (real wall time or model time).
+`Recorder` is how every executor records its events (wall time); the simulator builds its `Event`s straight
+from the plan in model time (`sim.data_parallel`'s step model alone goes through a `Recorder`, in model time).
 """
 from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
 class Event:
-    """One thing a rank did: sent or received a chunk, or computed.
+    """One thing a rank did: sent or received a chunk, computed, or took part in a collective.
 
     `start`/`end` are seconds: model time in the simulator, wall time (from the run's t0) when real.
     """
 
     rank: int
-    kind: str  # "send" | "recv" | "compute"
+    kind: str  # "send" | "recv" (one transfer of a plan) | "compute" | "comm" (a collective) | "cpu" (host work)
     step: int
     peer: int | None = None
     chunk: int | None = None
@@ -66,13 +67,6 @@ class Trace(list):
     def matches(self, other: "Trace") -> bool:
         return self.signature() == other.signature()
 
-    def to_dicts(self) -> list[dict]:
-        return [asdict(e) for e in self]
-
-    @classmethod
-    def from_dicts(cls, rows) -> "Trace":
-        return cls(Event(**row) for row in rows)
-
     def to_chrome(self) -> str:
         """Chrome-trace JSON (open in chrome://tracing or ui.perfetto.dev): one lane per rank."""
         rows = []
@@ -88,7 +82,7 @@ class Trace(list):
 
 
 class Recorder:
-    """One rank's events as they happen: every engine, real or simulated, records through this.
+    """One rank's events as they happen: every executor records through this (a simulator may too).
 
     Times are seconds since `origin`, a `clock()` reading (default: when the recorder was made); with
     origin=0.0 they are the clock's own readings, which all processes on one host share

@@ -21,8 +21,8 @@ from simlab import i18n
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-import build_zh  # noqa: E402
-import make_exercises  # noqa: E402
+import build_zh  # noqa: E402 — after sys.path gains tools/
+import make_exercises  # noqa: E402 — after sys.path gains tools/
 
 CJK = re.compile(r"[\u4e00-\u9fff]")
 FIELD = re.compile(r"\{(\w*)[^{}]*\}")
@@ -118,7 +118,9 @@ def test_generated_notebooks_set_the_language_first_and_keep_the_code():
             if zh.cell_type == "markdown":
                 assert len(CJK.findall(zh.source)) > 0.2 * len(zh.source.split()), zh.id  # Chinese, not a copy
             else:  # the same code: only comments differ
-                strip = lambda s: [line.split("#")[0].rstrip() for line in s.splitlines()]  # noqa: E731
+                def strip(s):
+                    return [line.split("#")[0].rstrip() for line in s.splitlines()]
+
                 assert strip(zh.source) == strip(en.source), zh.id
 
 
@@ -200,7 +202,7 @@ def test_set_language_switches_what_simlab_prints(capsys):
     from simlab.grading.hybrid import BUDGETS, check_tp_bytes_prediction
     from simlab.render.hybrid_run import time_text
     result = {"predicted_step_seconds": 0.5, "measured_step_seconds": 0.4, "predicted_breakdown": {"compute": 0.5}}
-    fake_run = lambda **kw: {"bytes_sent_per_group": {"tp": [147456]}}  # noqa: E731
+    fake_run = lambda **kw: {"bytes_sent_per_group": {"tp": [147456]}}  # noqa: E731 — a stand-in for the real run
     assert time_text(result).startswith("step time: predicted 500.0 ms")
     i18n.set_language("zh")
     assert time_text(result).startswith("每步时间：预测 500.0 ms，实测 400.0 ms")

@@ -15,14 +15,14 @@ import pytest
 
 matplotlib.use("Agg")
 
-from simlab import i18n  # noqa: E402
+from simlab import i18n  # noqa: E402 — after matplotlib.use("Agg")
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(ROOT / "tests"))
-import build_zh  # noqa: E402
-import make_exercises  # noqa: E402
-import test_i18n  # noqa: E402
+import build_zh  # noqa: E402 — after sys.path gains tests/
+import make_exercises  # noqa: E402 — after sys.path gains tests/
+import test_i18n  # noqa: E402 — after sys.path gains tests/
 
 MODULES = ("simlab/render/timeline.py", "simlab/render/data_parallel.py", "simlab/grading/data_parallel.py")
 PO = ROOT / "simlab/locale/zh/LC_MESSAGES/data_parallel.po"
@@ -62,7 +62,9 @@ def test_generated_notebooks_keep_the_code_and_print_chinese_where_simlab_prints
         nb = nbformat.read(build_zh.target(data["source"], path.parent.name), as_version=4)
         assert [c.id for c in nb.cells[1:]] == [c.id for c in english.cells]
         for zh_cell, en_cell in zip(nb.cells[1:], english.cells):
-            code = lambda s: [line.split("#")[0].rstrip() for line in s.splitlines()]  # noqa: E731
+            def code(s):
+                return [line.split("#")[0].rstrip() for line in s.splitlines()]
+
             if en_cell.cell_type == "code":
                 assert code(zh_cell.source) == code(en_cell.source), en_cell.id
                 assert "NBVAL_IGNORE_OUTPUT" not in en_cell.source or zh_cell.source.startswith("# NBVAL_IGNORE_OUTPUT")
@@ -185,7 +187,7 @@ def test_the_real_run_readout_in_chinese():
         i18n.set_language("en")
     assert len(text.splitlines()) == len(english.splitlines()) == 5
     assert "模拟器分出的桶相同" in text and "一致性：" in text and "rank 0 每步发送的字节数" in text
-    numbers = lambda s: re.findall(r"\d(?:[\d,.e+-]*\d)?", s)  # noqa: E731
+    numbers = lambda s: re.findall(r"\d(?:[\d,.e+-]*\d)?", s)  # noqa: E731 — a local one-liner, applied to both texts
     assert numbers(text) == numbers(english.replace("1 process", "单进程"))  # the same numbers, in order
     assert "2 个进程上的真实 DDP" in fig.axes[0].get_title(loc="left")
 

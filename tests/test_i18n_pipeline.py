@@ -12,15 +12,16 @@ import pytest
 
 matplotlib.use("Agg")
 
-from simlab import i18n  # noqa: E402
-from simlab.grading.pipeline import (BROKEN_ONE_F_ONE_B, PREDICT_MICROBATCHES, PREDICT_STAGES,  # noqa: E402
-                                     _first_difference, check_one_f_one_b, check_peak_prediction,
-                                     check_repaired_schedule)
-from simlab.plan import Action  # noqa: E402
-from simlab.render import pipeline_widgets as PW  # noqa: E402
-from simlab.render.pipeline import draw_gantt, draw_sim_vs_real, gantt_text  # noqa: E402
-from simlab.sim.pipeline import explore, peak_activations, simulate  # noqa: E402
-from simlab.sim.schedules import gpipe, make_schedule, one_f_one_b  # noqa: E402
+from simlab import i18n  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.grading.pipeline import (  # noqa: E402 — after matplotlib.use("Agg")
+    BROKEN_ONE_F_ONE_B, PREDICT_MICROBATCHES, PREDICT_STAGES,
+    _first_difference, check_one_f_one_b, check_peak_prediction,
+    check_repaired_schedule)
+from simlab.plan import Action  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render import pipeline_widgets as PW  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.pipeline import draw_gantt, draw_sim_vs_real, gantt_text  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.pipeline import explore, peak_activations, simulate  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.schedules import gpipe, make_schedule, one_f_one_b  # noqa: E402 — after matplotlib.use("Agg")
 
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
@@ -110,7 +111,10 @@ def test_the_explorer_in_chinese_with_the_same_numbers():
                                                                "模型块数 v（交错式）"]
     headers = re.findall(r"<th[^>]*>([^<]*)</th>", chinese.readout.value)
     assert headers == ["调度", "p", "m", "v", "总耗时", "气泡（闲置 / 总时长）", "比值（闲置 / 理想时长）", "每个 rank 的峰值激活"]
-    cells = lambda panel: re.findall(r"<td[^>]*>([^<]*)</td>", panel.readout.value)  # noqa: E731
+
+    def cells(panel):
+        return re.findall(r"<td[^>]*>([^<]*)</td>", panel.readout.value)
+
     assert cells(chinese) == cells(english)  # the engine's numbers, whatever the language
     assert "峰值激活的单位" in chinese.readout.value
     assert chinese.player.captions[-1] == "时间 33 / 33：已完成 64 / 64 个动作"

@@ -1,16 +1,20 @@
 """simlab's layer rules, checked from the source with `ast` (nothing from simlab is imported here).
 
   layer   modules                                     may not import
-  base    simlab.plan, .trace, ._checks, ._moved      torch, matplotlib, ipywidgets; any simlab module outside base
+  base    simlab.plan, .trace, ._checks               torch, matplotlib, ipywidgets; any simlab module outside base
   sim     simlab.sim.*                                torch, matplotlib, ipywidgets; exec, render, parity, grading, cli
   exec    simlab.exec.*                               matplotlib, ipywidgets; render, parity, grading, cli
   parity  simlab.parity.*                             matplotlib, ipywidgets; render, grading, cli
   render  simlab.render.*                             torch; exec, parity, grading, cli (a widget that starts a real
                                                       run receives it as a callable)
+  i18n    simlab.i18n (beside the layers)             torch, ipywidgets, matplotlib but only lazily (the CJK font,
+                                                      for Chinese); any simlab module outside base
   grading, cli: simlab.grading, .grading.*, .grading_*; simlab.cli, .cli.*, .cli_*, .__main__ (the top: no rules)
   top     simlab (simlab/__init__.py)                 any simlab module but base and sim, and those only at module
                                                       level (exec names load through importlib strings: unseen here)
-Everywhere: no import cycle between simlab modules (lazy imports count), and no module over 300 lines.
+Everywhere: no import cycle between simlab modules (lazy imports count), no module over 300 lines, and gettext
+imported by simlab.i18n alone (every other layer above base translates through its `_()`; base, which imports
+only base, never does). ARCHITECTURE.md's layer table says the same: tests/test_architecture.py compares them.
 
 Imports count wherever written (module level, functions, methods, if/try blocks); `from pkg import name` counts
 the submodule pkg.name if it exists, else the package (its __init__). The checker is plain functions over {module:
@@ -26,8 +30,8 @@ import pytest
 MAX_LINES = 300
 DRAWING, TORCH = {"matplotlib", "ipywidgets"}, {"torch"}
 LAYERS = {"top": r"simlab", "cli": r"simlab\.__main__|simlab\.cli([._].+)?", "grading": r"simlab\.grading([._].+)?",
-          "base": r"simlab\.(plan|trace|_checks|_moved)(\..+)?", "sim": r"simlab\.sim(\..+)?", "exec": r"simlab\.exec(\..+)?",
-          "parity": r"simlab\.parity(\..+)?", "render": r"simlab\.render(\..+)?"}
+          "base": r"simlab\.(plan|trace|_checks)(\..+)?", "sim": r"simlab\.sim(\..+)?", "exec": r"simlab\.exec(\..+)?",
+          "parity": r"simlab\.parity(\..+)?", "render": r"simlab\.render(\..+)?", "i18n": r"simlab\.i18n"}
 # layer: (forbidden third-party packages, why; forbidden simlab layers, or None = "only base allowed")
 RULES = {
     "base": (TORCH | DRAWING, "base is numpy only", None),
@@ -35,7 +39,13 @@ RULES = {
     "exec": (DRAWING, "exec/ does not draw", {"render", "parity", "grading", "cli"}),
     "parity": (DRAWING, "parity/ does not draw", {"render", "grading", "cli"}),
     "render": (TORCH, "render/ draws without torch", {"exec", "parity", "grading", "cli"}),
+    "i18n": (TORCH | {"ipywidgets"}, "i18n sits beside the layers", None),
 }
+# layer: (third-party packages it may import only inside a function, why)
+LAZY_ONLY = {"i18n": ({"matplotlib"}, "i18n loads matplotlib only for Chinese figures")}
+# third-party package: (the one layer that may import it, why)
+ONLY_IN = {"gettext": ("i18n", "every string goes through simlab.i18n's _()")}
+TOP_MAY_IMPORT = {"base", "sim"}  # simlab/__init__.py: at module level only
 
 
 def load_sources(root=Path(__file__).resolve().parents[1]):
@@ -134,16 +144,20 @@ def violations(sources):
         for target, lazy in imports(name, source, sources):
             verb = "lazily imports" if lazy else "imports"
             top, owner = target.split(".")[0], _owner(target, sources)
+            if top in ONLY_IN and here != ONLY_IN[top][0]:
+                problems.add(f"{name} {verb} {top} (only simlab.{ONLY_IN[top][0]} may: {ONLY_IN[top][1]})")
+            if here in LAZY_ONLY and top in LAZY_ONLY[here][0] and not lazy:
+                problems.add(f"{name} {verb} {top} ({LAZY_ONLY[here][1]}: inside a function)")
             if here in RULES:
                 libs, why, banned = RULES[here]
                 if top in libs:
                     problems.add(f"{name} {verb} {top} ({why})")
                 elif top == "simlab" and banned is None and layer(owner) != "base":
-                    problems.add(f"{name} {verb} {owner} (base imports only base)")
+                    problems.add(f"{name} {verb} {owner} ({here} imports only base)")
                 elif top == "simlab" and banned and layer(owner) in banned:
                     problems.add(f"{name} {verb} {owner} ({here}/ must not import {layer(owner)}/)")
             elif here == "top" and top == "simlab":
-                if layer(owner) not in ("base", "sim"):
+                if layer(owner) not in TOP_MAY_IMPORT:
                     problems.add(f"{name} {verb} {owner} (simlab/__init__ imports only base and sim)")
                 elif lazy:
                     problems.add(f"{name} {verb} {owner} (simlab/__init__ imports at module level only)")
@@ -212,6 +226,16 @@ CASES = {
                     "simlab/__init__ imports only base and sim"),
     "lazy_sim_in_top": ("top", "simlab", ("sim", "simlab.sim.cost"), "def late():\n    {rel}",
                         "simlab/__init__ imports at module level only"),
+    # the i18n rule: beside the layers, on base alone; matplotlib lazily; base never translates; gettext only here
+    "torch_in_i18n": ("i18n", "simlab.i18n", "torch", "import torch", "i18n sits beside the layers"),
+    "sim_in_i18n": ("i18n", "simlab.i18n", ("sim", "simlab.sim.cost"), "{rel}", "i18n imports only base"),
+    "eager_matplotlib_in_i18n": ("i18n", "simlab.i18n", "matplotlib", "import matplotlib",
+                                 "i18n loads matplotlib only for Chinese figures: inside a function"),
+    "i18n_in_base": ("base", "simlab.plan", ("i18n", "simlab.i18n"), "{rel}", "base imports only base"),
+    "gettext_in_render": ("render", "simlab.render.text", "gettext", "import gettext",
+                          "only simlab.i18n may: every string goes through simlab.i18n's _()"),
+    "lazy_gettext_in_sim": ("sim", "simlab.sim.cost", "gettext", "def f():\n    from gettext import gettext",
+                            "only simlab.i18n may: every string goes through simlab.i18n's _()"),
 }
 
 

@@ -165,21 +165,6 @@ def test_gpu_check_script_runs_every_lesson(capsys):
         assert gpu_check.main([]) == 2 and "no CUDA GPU" in capsys.readouterr().out
 
 
-def test_old_module_paths_still_import_for_one_release():
-    import importlib
-    import sys
-    import warnings
-
-    from simlab._moved import MOVED
-    for old, new in MOVED.items():
-        sys.modules.pop(old, None)  # imported before in this session: import it afresh
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            module = importlib.import_module(old)
-        assert module is importlib.import_module(new)
-        assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) for w in caught), old
-
-
 def test_readme_tables_are_the_models_numbers_today():
     """The README's published-vs-ours tables are what `tools/published_tables.py` prints now."""
     import sys

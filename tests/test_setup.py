@@ -15,10 +15,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-import lab  # noqa: E402
-import learner_copy  # noqa: E402
-import setup_torch  # noqa: E402
-from setup_torch import CPU_INDEX, CPU_SPEC, GPU_SPEC, choose  # noqa: E402
+import lab  # noqa: E402 — after sys.path gains tools/
+import learner_copy  # noqa: E402 — after sys.path gains tools/
+import setup_torch  # noqa: E402 — after sys.path gains tools/
+from setup_torch import CPU_INDEX, CPU_SPEC, GPU_SPEC, choose  # noqa: E402 — after sys.path gains tools/
 
 
 def _never(url):

@@ -17,7 +17,7 @@ from simlab.cli import build_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-import learner_copy  # noqa: E402  (what `make lab` copies into work/)
+import learner_copy  # noqa: E402 — after sys.path gains tools/ (what `make lab` copies into work/)
 LESSON = ROOT / "notebooks" / "00_start_here.ipynb"
 # the primer lives beside the developers' checkout, not in it (as in tests/sim/test_hybrid_scenarios.py)
 PRIMER = ROOT.parent / "shared" / "seed" / "primer-zh.txt"

@@ -43,7 +43,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-import make_exercises  # noqa: E402
+import make_exercises  # noqa: E402 — after sys.path gains tools/
 
 I18N = ROOT / "i18n" / "zh"
 FOLDERS = ("notebooks", "solutions")

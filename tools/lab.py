@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import learner_copy  # noqa: E402  (a sibling script, not a package)
+import learner_copy  # noqa: E402 — after sys.path gains tools/ (a sibling script, not a package)
 
 LOG = ".lab.log"  # in work/; hidden in JupyterLab's file browser (a dot file)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-from simlab.sim import published  # noqa: E402
+from simlab.sim import published  # noqa: E402 — after sys.path gains the checkout
 
 START, END = "<!-- published-tables:start -->", "<!-- published-tables:end -->"
 

@@ -15,7 +15,7 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-import make_exercises  # noqa: E402
+import make_exercises  # noqa: E402 — after sys.path gains tools/
 
 
 def run(path: Path) -> None:

@@ -10,7 +10,8 @@
     simlab plan --model gpt3-175b --gpus 1024 --global-batch 1536       # lesson 6: the best 3-D plan
 
 One module per lesson (`simlab.cli.collectives`, `.data_parallel`, `.zero`, `.pipeline`,
-`.tensor_parallel`, `.hybrid`), each with `add_commands(sub, run)` and `cmd_*(args) -> dict`. Every subcommand
+`.tensor_parallel`, `.hybrid`), and lesson 6's `.hybrid_calibrate` (`simlab calibrate`), each with
+`add_commands(sub, run)` and `cmd_*(args) -> dict`. Every subcommand
 takes --json (strict JSON); bad arguments get one line naming the flag, before any process starts; a
 failing run is one line too (--verbose shows the traceback).
 """
@@ -24,6 +25,7 @@ import traceback
 from . import collectives, data_parallel, hybrid, hybrid_calibrate, pipeline, tensor_parallel, zero
 from .common import OneLineParser, as_flags, is_printing_rank, summary, write_trace
 
+# the command modules, in help order: lessons 1-6, then lesson 6's `simlab calibrate`
 LESSONS = (collectives, data_parallel, zero, pipeline, tensor_parallel, hybrid, hybrid_calibrate)
 
 

@@ -7,13 +7,10 @@
 from __future__ import annotations
 
 from .. import _checks
-from ..sim.collectives import ALIASES, PLANS, canonical
+from ..sim.collectives import ALIASES, PLANS, canonical, run_aliases
 from .common import add_json, add_run_flags, check_memory, check_run_flags, run_output
 
 DTYPES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
-RUN_ALIASES = {"ring-all-reduce": ["allreduce", "ring-allreduce"], "ring-all-gather": ["allgather"],
-               "ring-reduce-scatter": ["reducescatter"], "tree-broadcast": ["broadcast"],
-               "naive-all-reduce": ["naive-allreduce"]}  # the names before 0.2, kept for one release
 
 
 def _numel(size: int, dtype: str) -> int:
@@ -77,8 +74,8 @@ def add_commands(sub, run) -> None:
     col.add_argument("--show-steps", action="store_true", help="print every step as a table")
     add_json(col)
     col.set_defaults(func=cmd_collective)
-    for name, aliases in RUN_ALIASES.items():
-        p = run.add_parser(name, aliases=aliases, help=f"{name} on real processes vs torch's own")
+    for name in PLANS:  # the names and old spellings: the one registry, `simlab.sim.collectives.COLLECTIVES`
+        p = run.add_parser(name, aliases=run_aliases(name), help=f"{name} on real processes vs torch's own")
         p.add_argument("--size", type=int, default=1 << 20, help="buffer size in bytes, float32 (default 1 MiB)")
         add_run_flags(p)
         p.set_defaults(func=cmd_run_collective, target=name)

@@ -49,9 +49,6 @@ class Transfers:
             now = self.rec.now()
             self.rec.record("send", now, now, phase, rank=src, peer=dst, nbytes=nbytes)
 
-    def per_device(self) -> list[int]:
-        return [sum(col) for col in zip(*self.sent.values())]
-
 
 class _Replicate(torch.autograd.Function):
     """Forward: device 0's parameters → n copies (the broadcast). Backward: sum the n copies' gradients

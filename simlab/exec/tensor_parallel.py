@@ -206,7 +206,7 @@ class ParallelMLP(nn.Module):
     def shards(self, of: str = "data") -> dict:
         """name (as in the full MLP) → (this rank's slice of each parameter's `of` ("data" or "grad"), the
         dim the ranks' slices concatenate along; None: whole on every rank)."""
-        get = lambda p: getattr(p, of)  # noqa: E731
+        get = lambda p: getattr(p, of)  # noqa: E731 — a local one-liner: the attribute asked for
         return {"fc1.weight": (get(self.fc1.weight), 0), "fc1.bias": (get(self.fc1.bias), 0),
                 "fc2.weight": (get(self.fc2.weight), 1), "fc2.bias": (get(self.fc2.bias), None)}
 

@@ -269,7 +269,10 @@ class ZeroAdam:
 
     def memory(self) -> dict:
         """Bytes of the tensors this rank keeps now, device and host (the host only when offloading)."""
-        nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if t is not None)  # noqa: E731
+
+        def nbytes(ts):
+            return sum(t.numel() * t.element_size() for t in ts if t is not None)
+
         params = [p for p in self.model.parameters()]
         grads = [p.grad for p in params] + ([] if self.offload else self.grad_shards)
         states = self.exp_avg + self.exp_avg_sq

@@ -22,7 +22,6 @@ import math
 
 import torch
 import torch.distributed as dist
-from torch import nn
 
 from ..sim.collectives import plan_for, ring_bytes_sent
 from .collectives import run_plan
@@ -34,12 +33,6 @@ _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_t
 
 def shard_size(numel: int, world_size: int) -> int:
     return math.ceil(numel / world_size)
-
-
-def padded_flat(tensors, padded: int) -> torch.Tensor:
-    """weight and bias as one new (padded,) buffer; the zero tail makes every rank's shard the same size."""
-    flat = torch.cat([t.reshape(-1) for t in tensors])  # (P,)
-    return nn.functional.pad(flat, (0, padded - flat.numel()))  # (N·S,)
 
 
 def _row_pieces(rows: torch.Tensor, tensors, first: int = 0):
@@ -56,8 +49,8 @@ def _row_pieces(rows: torch.Tensor, tensors, first: int = 0):
 
 
 def into_rows(rows: torch.Tensor, tensors) -> None:
-    """Copy `tensors` end to end into `rows` (N, S), zero tail: padded_flat written straight into place
-    (rows may be a column block of a larger bucket: no intermediate copy)."""
+    """Copy `tensors` end to end into `rows` (N, S), zero tail: their flat concatenation padded with zeros
+    to N·S, written straight into place (rows may be a column block of a larger bucket: no intermediate copy)."""
     filled, size = 0, rows.shape[1]
     for piece, flat, off in _row_pieces(rows, tensors):
         piece.copy_(flat[off:off + piece.numel()])

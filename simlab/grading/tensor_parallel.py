@@ -119,7 +119,7 @@ def _problem(ranks: list[dict], ref: dict, n: int) -> str | None:
 
 def check_row_parallel_linear(layer_cls, seed: int = 0) -> None:
     """Grade `layer_cls(full: nn.Linear, rank, world_size)` on real ranks at TP sizes 1, 2 and 4."""
-    import torch.distributed.tensor.debug  # noqa: F401  import once here; the forked ranks inherit it
+    import torch.distributed.tensor.debug  # noqa: F401 — import once here: every forked rank inherits it
 
     from ..exec.launch import WorkerError, launch
     ref = _reference(seed)

@@ -24,11 +24,11 @@ import torch.distributed as dist
 
 from .._checks import check_bool, check_choice, check_int
 from ..plan import CollectivePlan, Transfer, chunk_offsets
-from ..sim.collectives import (INPUT_KINDS, MAX_POWER_RANKS, PIECE, canonical, input_pieces, make_inputs, plan_for,
-                               power_inputs, power_sources)
+from ..sim.collectives import (INPUT_KINDS, MAX_POWER_RANKS, PIECE, PLANS, canonical, input_pieces, make_inputs,
+                               plan_for, power_inputs, power_sources)
 from ..sim.stepper import SimStep, expected_pieces, simulate, steps_match
 from ..trace import Recorder, merge
-from ..exec.collectives import naive_all_reduce, ring_all_gather, ring_all_reduce, ring_reduce_scatter, tree_broadcast
+from ..exec import collectives as executor
 from ..exec.launch import device, launch
 from .common import check_run, max_abs_diff, result
 
@@ -133,18 +133,16 @@ def _own_input(plan: CollectivePlan, name: str, rank: int, seed: int, kind: str 
 
 def _ours(name: str, x: torch.Tensor, recorder: Recorder, plan: CollectivePlan) -> torch.Tensor:
     """Our collective on what this rank brings, `x`: (numel,), or (all-gather) its chunk. The in-place
-    ones run on `x` itself: one buffer less to hold."""
-    rank = dist.get_rank()
-    if name == "ring-reduce-scatter":
-        ours = x.new_empty(plan.chunk_sizes[rank])  # (chunk r,)
-        ring_reduce_scatter(ours, x, recorder)
-    elif name == "ring-all-gather":
+    ones run on `x` itself: one buffer less to hold. The executor's function has the plan's name."""
+    run, goal = getattr(executor, PLANS[name].__name__), plan.meta["goal"]
+    if goal == "reduce_scatter":
+        ours = x.new_empty(plan.chunk_sizes[dist.get_rank()])  # (chunk r,)
+    elif goal == "all_gather":
         ours = x.new_empty(plan.numel)
-        ring_all_gather(ours, x, recorder)
     else:
-        ours = x
-        {"ring-all-reduce": ring_all_reduce, "naive-all-reduce": naive_all_reduce,
-         "tree-broadcast": tree_broadcast}[name](ours, recorder=recorder)
+        run(x, recorder=recorder)
+        return x
+    run(ours, x, recorder)
     return ours
 
 

@@ -65,7 +65,10 @@ def train_pipeline(rank: int, world_size: int, plan, num_stages: int, hidden: in
     runner = StashCountingRank(mine, num_stages, x.chunk(microbatches), y.chunk(microbatches))
     params = [p for stage in mine.values() for p in stage.parameters()]
     opt = torch.optim.SGD(params, lr=lr) if params else None
-    keyed = lambda f: {(s, i): f(p) for s in mine for i, p in enumerate(mine[s].parameters())}  # noqa: E731
+
+    def keyed(f):  # {(stage, parameter index): f(parameter)}, keyed like the reference
+        return {(s, i): f(p) for s in mine for i, p in enumerate(mine[s].parameters())}
+
     out = {"losses": [], "events": [], "t0": [], "ready": [], "peak_held": [], "backend": dist.get_backend()}
     for step in range(steps):
         for p in params:
@@ -95,7 +98,7 @@ def reference(num_stages: int, hidden: int, global_batch: int, steps: int, seed:
     k = layers // num_stages  # layers per stage
     losses, model = reference_model(lambda: make_mlp([hidden] * (layers + 1), seed),
                                     make_batch(global_batch, hidden, hidden, seed), steps, lr)
-    keyed = lambda f: {(s, i): f(p) for s in range(num_stages)  # noqa: E731
+    keyed = lambda f: {(s, i): f(p) for s in range(num_stages)  # noqa: E731 — a local one-liner, keyed like the ranks
                        for i, p in enumerate(model[2 * k * s:2 * k * (s + 1)].parameters())}
     return losses, keyed(lambda p: p.grad.clone()), keyed(lambda p: p.detach().clone())
 
@@ -141,7 +144,7 @@ def run_pipeline(schedule="1f1b", world_size: int = 4, microbatches: int = 8, ch
         why = f"layers={layers}: the torch.distributed.pipelining twin has one layer per stage"
     ref_losses, ref_grads, ref_params = reference(num_stages, hidden, global_batch, steps, seed, lr, layers)
     if why is None:
-        import torch.distributed.pipelining  # noqa: F401  import once here: every forked rank inherits it
+        import torch.distributed.pipelining  # noqa: F401 — import once here: every forked rank inherits it
     strs = [[str(a) for a in actions] for actions in plan]
     ranks = launch(train_pipeline, world_size, strs, num_stages, hidden, global_batch, microbatches, steps,
                    seed, lr, None if why else schedule, layers, backend=backend, timeout=timeout)

@@ -116,8 +116,10 @@ def _race(rank, world_size, name, plan, num_stages, hidden, global_batch, microb
         return time.perf_counter() - start
 
     out = {"ours_s": [], "torch_s": []}
-    grads = lambda mods: {(s, i): p.grad.cpu().clone() for s in mods  # noqa: E731
-                          for i, p in enumerate(mods[s].parameters())}
+
+    def grads(mods):
+        return {(s, i): p.grad.cpu().clone() for s in mods for i, p in enumerate(mods[s].parameters())}
+
     for step in range(steps):
         for p in [p for m in ours.values() for p in m.parameters()] + theirs.parameters():
             p.grad = None
@@ -140,7 +142,7 @@ def _launch(schedule, world_size, microbatches, chunks, steps, seed, global_batc
     if why:
         raise ValueError(why)
     plan = build_schedule(schedule, world_size, microbatches, chunks)
-    import torch.distributed.pipelining  # noqa: F401  import once here: every forked rank inherits it
+    import torch.distributed.pipelining  # noqa: F401 — import once here: every forked rank inherits it
     return launch(_race, world_size, schedule, [[str(a) for a in acts] for acts in plan], world_size * chunks,
                   hidden, global_batch, microbatches, steps, seed, backend=backend, timeout=timeout)
 
@@ -165,7 +167,10 @@ def time_pipeline_steps(schedule="1f1b", world_size: int = 4, microbatches: int 
     over `steps` (after one warm-up step each). `ratio` = ours / torch: below 1 means ours is faster."""
     ranks = _launch(schedule, world_size, microbatches, chunks, steps + 1, seed, global_batch, hidden, backend,
                     timeout)
-    per_step = lambda key: [max(r[key][i] for r in ranks) for i in range(1, steps + 1)]  # noqa: E731
+
+    def per_step(key):  # the slowest rank's time each step, the first (warm-up) left out
+        return [max(r[key][i] for r in ranks) for i in range(1, steps + 1)]
+
     ours, theirs = statistics.median(per_step("ours_s")), statistics.median(per_step("torch_s"))
     return {"schedule": schedule, "world_size": world_size, "microbatches": microbatches, "chunks": chunks,
             "ours_s": ours, "torch_s": theirs, "ratio": ours / theirs}

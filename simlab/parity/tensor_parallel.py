@@ -136,8 +136,8 @@ def run_tp(world_size: int = 4, block: str = "mlp", batch: int = 2, seq: int = 4
     full = make_block(block, hidden, heads, ffn, seed)
     ref = forward_backward(full, *make_input(batch, seq, hidden, seed))  # one process, no split
     if compare_torch:  # torch's lazy modules: import once here, every forked rank inherits them
-        import torch.distributed.tensor.debug  # noqa: F401
-        import torch.distributed.tensor.parallel  # noqa: F401
+        import torch.distributed.tensor.debug  # noqa: F401 — import once here: every forked rank inherits it
+        import torch.distributed.tensor.parallel  # noqa: F401 — import once here: every forked rank inherits it
     ranks = launch(tp_worker, world_size, block, batch, seq, hidden, heads, ffn, seed, compare_torch,
                    backend=backend, timeout=timeout)
     grads = assemble(ranks)
@@ -232,7 +232,7 @@ def run_tp_split(a_split: str = "column", b_split: str = "row", world_size: int 
     ref = torch.nn.functional.gelu(x32 @ a32, approximate="tanh") @ b32  # one process, unsplit
     ranks = launch(split_worker, world_size, a_split, b_split, seed, backend=backend, timeout=timeout)
     synced, short = ([r["runs"][s] for r in ranks] for s in (True, False))
-    diff = lambda runs, want: max(max_abs_diff(r["z"], want) for r in runs)  # noqa: E731  every rank's Z
+    diff = lambda runs, want: max(max_abs_diff(r["z"], want) for r in runs)  # noqa: E731 — every rank's Z
     return result(
         world_size=world_size, backend=ranks[0]["backend"], trace=merge(r["events"] for r in synced),
         bytes_sent_per_rank=[r["bytes_sent"] for r in synced], max_abs_diff_vs_reference=diff(synced, ref),

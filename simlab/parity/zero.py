@@ -105,8 +105,8 @@ def run_zero(stage: int, world_size: int = 4, steps: int = 5, global_batch: int 
     ref_losses, ref_params = reference_train(lambda: make_mlp(sizes, seed),
                                              make_batch(global_batch, sizes[0], sizes[-1], seed), steps, lr, "adam")
     if compare_torch:  # the same for torch's ZeRO: import once in the parent, fork inherits it
-        import torch.distributed.fsdp  # noqa: F401
-        import torch.distributed.optim  # noqa: F401
+        import torch.distributed.fsdp  # noqa: F401 — import once here: every forked rank inherits it
+        import torch.distributed.optim  # noqa: F401 — import once here: every forked rank inherits it
     ranks = launch(train_zero, world_size, stage, offload, list(sizes), steps, global_batch, seed, lr,
                    compare_torch, backend=backend, timeout=timeout)
     trace = merge(r["events"] for r in ranks)

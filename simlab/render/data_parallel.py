@@ -20,7 +20,6 @@ from .text import _fmt, mib
 MODEL_MPARAMS = tuple(DEFAULT_MPARAMS * 2.0 ** k for k in range(-4, 7))  # 0.918 M … 14.7 M … 940 M
 BUCKET_CAP_MB = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0)  # MiB, as torch's
 BANDWIDTH_GBPS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 300.0)
-DEFAULTS = {"world_size": 4, "model_mparams": DEFAULT_MPARAMS, "bucket_cap_mb": 25.0, "bandwidth_gbps": 10.0}
 
 
 def explorer_frame(world_size: int, model_mparams: float, bucket_cap_mb: float, bandwidth_gbps: float):

@@ -15,7 +15,7 @@ import math
 import re
 
 from ..i18n import _
-from .picture import DISPLAY_DPI, PIXEL_SCALE, figure_png, png_size, render_png  # noqa: F401 (re-exported)
+from .picture import DISPLAY_DPI, PIXEL_SCALE, figure_png, png_size, render_png  # noqa: F401 — re-exported
 from .text import header
 
 NOT_HELD_COLOR = "#e6e6e6"

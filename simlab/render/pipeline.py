@@ -218,7 +218,7 @@ def gantt_text(trace, ranks: int, tick: float | None = None, max_columns: int = 
     tick = tick or _tick(acts)
     t0 = min((e.start for e, _a in acts), default=0.0)
     looped = len({a.stage for _e, a in acts}) > ranks  # several stages per rank: name the stage too
-    label = (lambda a: str(a)) if looped else (lambda a: f"{a.op}{a.mb}")  # noqa: E731
+    label = (lambda a: str(a)) if looped else (lambda a: f"{a.op}{a.mb}")
     width = max((len(label(a)) for _e, a in acts), default=2) + 1
     spans = _columns(acts, tick, t0, ranks)
     total = max((row[-1][1] for row in spans if row), default=0)

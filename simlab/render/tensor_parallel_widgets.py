@@ -93,7 +93,7 @@ def real_split_rows(real: dict) -> list[dict]:
     n, choice, (x, a, b) = real["world_size"], (real["a_split"], real["b_split"]), mlp_inputs()
     sim_error = split_error(*choice, n, x, a, b)  # the shortcut's
     synced = float(abs(split_forward(*choice, n, x, a, b)[0] - gelu(x @ a) @ b).max())  # with the collectives
-    small = lambda e, floor, note: f"{e:.3g}" if e >= floor else f"{e:.1g}{note}"  # noqa: E731  rounding, not a value
+    small = lambda e, floor, note: f"{e:.3g}" if e >= floor else f"{e:.1g}{note}"  # noqa: E731 — rounding, not a value
     sim, run = _("simulated"), _("real run")
     sent = real["bytes_sent_per_rank"]
     return [{"": _("collectives, in order"), sim: ", ".join(map(shown, real["plan_collectives"])),
@@ -128,7 +128,7 @@ def mlp_explorer(a_split: str = "column", b_split: str = "row", ranks: int = 4, 
              "b_split": w.ToggleButtons(options=kinds, value=b_split, description=_("B by")),
              "ranks": w.Dropdown(options=TP_SIZES, value=ranks, description=_("TP size"))}
     image, text, links = figure_image(), w.HTML(), w.HBox()
-    choice = lambda: {k: knob.value for k, knob in knobs.items()}  # noqa: E731
+    choice = lambda: {k: knob.value for k, knob in knobs.items()}  # noqa: E731 — the knobs' values, read at each redraw
 
     def show(_=None) -> None:
         fig, summary = mlp_split_frame(**choice())

@@ -227,11 +227,6 @@ def bytes_table(per_rank, optimum: int | None = None) -> str:
     return "\n".join(lines)
 
 
-def plural(count: int, noun: str) -> str:
-    """'1 bucket', '3 buckets', '4 processes'."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}es" if noun.endswith("s") else f"{count} {noun}s"
-
-
 def mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:.1f} MiB"
 

@@ -2,7 +2,8 @@
 timeline, and a real run beside the model. The widgets built from them are in `render.zero_widgets`.
 
 - `draw_memory_bars`: stacked bars (params / grads / optimizer) per configuration, in GB.
-- `calculator_rows` / `calculator_frame`: the memory calculator's numbers for one position of its knobs.
+- `calculator_rows` / `calculator_table` / `calculator_title`: the memory calculator's numbers for one position of
+  its knobs (the widget is `render.zero_widgets.memory_calculator`).
 - `draw_zero_step`: who holds which block after one `ZeroStep` (a grid: GPUs × params/grads/optim).
 - `draw_memory_curve`: bytes held on each GPU (and host) over the walkthrough.
 - `draw_offload_timeline`: ZeRO-Offload on a GPU lane and its host's lane.
@@ -101,19 +102,6 @@ def calculator_table(rows: dict) -> list[dict]:
 def calculator_title(params: float, gpus: int, precision: str) -> str:
     return _("Ψ = {params} B parameters, {gpus} GPU{s}, {precision} precision").format(
         params=f"{params / 1e9:.3g}", gpus=gpus, s="s" if gpus != 1 else "", precision=precision)
-
-
-def calculator_frame(params: float, gpus: int, precision: str = "mixed", offload: bool = False):
-    """(figure, text) for one position of the calculator's knobs; the text is in GB per GPU."""
-    rows = calculator_rows(params, gpus, precision, offload)
-    title = calculator_title(params, gpus, precision)
-    fig = draw_memory_bars(rows, title=title)
-    table = [[k for k in calculator_table(rows)[0]]] + [list(r.values()) for r in calculator_table(rows)]
-    widths = [max(display_width(r[c]) for r in table) for c in range(len(table[0]))]  # columns, not characters
-    lines = [_("{title} (GB per GPU)").format(title=title)]
-    lines += ["  ".join(" " * (w - display_width(v)) + v if c else pad(v, w) for c, (v, w) in enumerate(zip(r, widths)))
-              for r in table]
-    return fig, "\n".join(lines)
 
 
 def _scene(step):

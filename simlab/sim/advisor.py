@@ -23,7 +23,7 @@ import itertools
 import numpy as np
 
 from .._checks import check_choice, check_int
-from .advisor_explain import explain, family, rejections, representative  # noqa: F401  (family: API)
+from .advisor_explain import explain, family, rejections, representative  # noqa: F401 — `family` is advisor's API too
 from .advisor_explain import families as family_names
 from .hardware import Cluster
 from .hybrid import (ATTENTION, PRECISIONS, RECOMPUTE, SCHEDULES, Plan, check_bucket, check_overlap, check_plan,

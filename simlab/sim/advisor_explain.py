@@ -62,7 +62,7 @@ def families(k: Knobs) -> np.ndarray:
 def rejections(mem: dict, fits, k: Knobs, c) -> dict:
     """{reason: count}. A family none of whose plans fit gets the least memory any of them would need
     ("pure DP: 142 GB > 73.5 GB usable"); where some fit, the rest are counted as settings that are too big."""
-    gb = lambda b: f"{b / 1e9:.3g} GB"  # noqa: E731
+    gb = lambda b: f"{b / 1e9:.3g} GB"  # noqa: E731 — a local formatter
     usable = f"{gb(c.gpu.usable_memory)} usable"
     codes, names = family_codes(k)
     gpu_over = mem["total"] > c.gpu.usable_memory

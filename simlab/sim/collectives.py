@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import copy
 from functools import lru_cache
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from .._checks import check_choice, check_int, check_ranks
 from ..plan import CollectivePlan, Transfer, split_sizes
-
-GOALS = ("reduce_scatter", "all_gather", "all_reduce", "broadcast", "reduce")
 
 
 def _check(world_size: int, numel: int, itemsize: int) -> None:
@@ -92,13 +91,37 @@ def naive_all_reduce(world_size: int, numel: int, root: int = 0, itemsize: int =
                           meta={"goal": "all_reduce"})
 
 
-# One name per collective everywhere: algorithm-goal, the function's name with hyphens ("ring" is how,
-# "all-reduce" is what). The CLI, `make_plan` and the executor's `run_collective` all use these keys.
-PLANS = {"ring-all-reduce": ring_all_reduce, "ring-reduce-scatter": ring_reduce_scatter,
-         "ring-all-gather": ring_all_gather, "tree-broadcast": tree_broadcast,
-         "naive-all-reduce": naive_all_reduce}
-ALIASES = {"ring-allreduce": "ring-all-reduce", "broadcast": "tree-broadcast",  # spellings before 0.2,
-           "naive-allreduce": "naive-all-reduce"}  # still accepted for one release
+class Collective(NamedTuple):
+    """One of lesson 1's collectives: the simulator's plan (the executor, `simlab.exec.collectives`, runs it
+    as a function of the same name) and the spellings from before 0.2, still accepted for one release."""
+
+    plan: Callable[..., CollectivePlan]
+    rooted: bool = False  # the plan takes root=
+    old_names: tuple[str, ...] = ()  # the plan's names before 0.2: `make_plan`, `run_collective`, `simlab collective`
+    old_run_names: tuple[str, ...] = ()  # `simlab run`'s targets before 0.2 (it takes `old_names` too)
+
+
+# The one registry of the collectives' names. One name per collective everywhere: algorithm-goal, the
+# function's name with hyphens ("ring" is how, "all-reduce" is what). PLANS, ALIASES, `make_plan`, the CLI's
+# choices and aliases (`simlab.cli.collectives`) and the executor function `run_collective` calls derive from it.
+COLLECTIVES = {c.plan.__name__.replace("_", "-"): c for c in (
+    Collective(ring_all_reduce, old_names=("ring-allreduce",), old_run_names=("allreduce",)),
+    Collective(ring_reduce_scatter, old_run_names=("reducescatter",)),
+    Collective(ring_all_gather, old_run_names=("allgather",)),
+    Collective(tree_broadcast, rooted=True, old_names=("broadcast",), old_run_names=("broadcast",)),
+    Collective(naive_all_reduce, rooted=True, old_names=("naive-allreduce",), old_run_names=("naive-allreduce",)),
+)}
+PLANS = {name: c.plan for name, c in COLLECTIVES.items()}
+ALIASES = {old: name for name, c in COLLECTIVES.items() for old in c.old_names}  # old spelling -> name
+
+
+def run_aliases(name: str) -> list[str]:
+    """What `simlab run` also accepts for `name`: its own old targets, then the plan's old names.
+    >>> run_aliases("ring-all-reduce")
+    ['allreduce', 'ring-allreduce']
+    """
+    c = COLLECTIVES[name]
+    return list(dict.fromkeys(c.old_run_names + c.old_names))
 
 
 def canonical(name: str) -> str:
@@ -109,7 +132,7 @@ def canonical(name: str) -> str:
 
 def make_plan(name: str, world_size: int, numel: int, itemsize: int = 4, root: int = 0) -> CollectivePlan:
     name = canonical(name)
-    kwargs = {"root": root} if name in ("tree-broadcast", "naive-all-reduce") else {}
+    kwargs = {"root": root} if COLLECTIVES[name].rooted else {}
     return PLANS[name](world_size, numel, itemsize=itemsize, **kwargs)
 
 

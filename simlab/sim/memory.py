@@ -25,7 +25,6 @@ from typing import NamedTuple
 
 from .._checks import check_bool, check_choice, check_int
 
-STAGES = (0, 1, 2, 3)
 CPU_GRAD_BYTES = 4  # offloaded gradients are kept in fp32 on the host, whatever the GPU precision
 HOST_ADAM_BYTES = 12  # the host runs fp32 Adam: fp32 master copy + momentum + variance, in both precisions
 
@@ -161,7 +160,10 @@ def smallest_world_size(layer_numels, stage: int, capacity: int, offload: bool =
     up to `limit` does (stages 0-2 keep full parameters on every GPU: more GPUs cannot shrink those)."""
     check_int("capacity", capacity, 1)
     check_int("limit", limit, 1)
-    fits = lambda n: peak_per_gpu_bytes(layer_numels, n, stage, offload, precision) <= capacity  # noqa: E731
+
+    def fits(n):
+        return peak_per_gpu_bytes(layer_numels, n, stage, offload, precision) <= capacity
+
     if not fits(limit):
         return None
     low, high = 1, limit  # the peak never grows with N (but for a few padding elements): bisect

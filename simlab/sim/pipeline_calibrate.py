@@ -19,7 +19,10 @@ def stage_times(traces, num_stages: int) -> dict:
         for e in trace:
             a = Action.parse(e.name)
             per.setdefault((a.stage, a.op), []).append(e.end - e.start)
-    mean = lambda s, op: statistics.fmean(per[(s, op)]) if (s, op) in per else None  # noqa: E731
+
+    def mean(s, op):
+        return statistics.fmean(per[(s, op)]) if (s, op) in per else None
+
     t_f = [mean(s, "F") for s in range(num_stages)]
     t_w = [mean(s, "W") for s in range(num_stages)]
     t_b = [mean(s, "B") if mean(s, "B") is not None else mean(s, "I") + (w or 0.0) for s, w in enumerate(t_w)]

@@ -217,4 +217,3 @@ RUNS = (
         M["mpt-7b"], "h100-80gb", 512, 3200, P(dp=512, microbatch=6, precision="mixed", **FSDP), 3072, 9670,
         "9670 tokens/s/GPU", assumptions=("8 × 400 Gb/s per node",), swing="the network (not stated)"),
 )
-BY_KEY = {r.key: r for r in RUNS}

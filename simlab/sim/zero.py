@@ -243,15 +243,12 @@ def peak_bytes(steps) -> list[int]:  # per GPU (memory_curve checks `steps`)
     return [max(curve) for curve in memory_curve(steps)]
 
 
-def comm_bytes(steps) -> list[int]:
-    """Bytes each GPU sent to other GPUs over the whole step (host transfers not included)."""
-    _check_steps(steps)
-    return [sum(st.bytes_sent[g] for st in steps) for g in range(len(steps[0].bytes_sent))]
-
-
 def executor_names(steps) -> list[str]:
     """The events after "start", named as the executor names them: layers L0, L1, … for La, Lb, …"""
-    rename = lambda w: f"L{ord(w[1]) - ord('a')}" if len(w) == 2 and w[0] == "L" and w[1].islower() else w  # noqa: E731
+
+    def rename(w):
+        return f"L{ord(w[1]) - ord('a')}" if len(w) == 2 and w[0] == "L" and w[1].islower() else w
+
     return [" ".join(map(rename, st.name.split())) for st in _check_steps(steps)[1:]]
 
 

@@ -17,6 +17,11 @@ from simlab.trace import Recorder, merge
 WORLD_SIZES = [2, 3, 4, 8]
 
 
+def test_the_executor_has_every_registered_collective_under_its_plans_name():
+    """`run_collective` finds our collective by the simulator plan's function name (sim.collectives.COLLECTIVES)."""
+    assert [name for name, plan in PLANS.items() if not callable(getattr(C, plan.__name__, None))] == []
+
+
 def numels(n):
     """numel < n (zero-size chunks), divisible by n, and uneven."""
     return sorted({1, n - 1 or 1, 4 * n, 4 * n + 3})
@@ -193,7 +198,8 @@ def test_run_collective_rejects_bad_input_before_starting(kwargs, no_launch):
 
 
 def test_run_collective_catches_a_wrong_result(monkeypatch):
-    monkeypatch.setattr(compare, "ring_all_reduce", lambda t, recorder=None, group=None: (C.ring_all_reduce(
+    ours = C.ring_all_reduce  # run_collective finds the executor's function by the plan's name
+    monkeypatch.setattr(C, "ring_all_reduce", lambda t, recorder=None, group=None: (ours(
         t, recorder, group), t.add_(1)))  # forked ranks inherit the patch
     res = compare.run_collective("ring-all-reduce", world_size=2, numel=4)
     assert res["max_abs_diff_vs_reference"] == 1.0 and res["max_abs_diff_vs_torch"] == 1.0

@@ -1,4 +1,4 @@
-"""simlab.exec.zero_shards: the (N, S) rows layout equals padded_flat exactly, in every corner, and both
+"""simlab.exec.zero_shards: the (N, S) rows layout equals `padded_flat` (below) exactly, in every corner, and both
 collectives (our ring on gloo, torch's elsewhere) give every rank the same answer."""
 import itertools
 
@@ -7,11 +7,19 @@ import torch
 import torch.distributed as dist
 
 from simlab.exec.launch import launch
-from simlab.exec.zero_shards import from_rows, into_rows, own_block, padded_flat, shard_size
+from simlab.exec.zero_shards import from_rows, into_rows, own_block, shard_size
 from simlab.parity.zero import run_zero
 
 # N ranks x three tensors of 0..5 elements: rows ending exactly on a row boundary, a bias-only row,
 # a layer smaller than N, N = 1, empty tensors
+
+
+def padded_flat(tensors, padded: int) -> torch.Tensor:
+    """The layout's definition: the tensors flattened end to end, then zeros up to `padded` (N·S) elements."""
+    flat = torch.cat([t.reshape(-1) for t in tensors])  # (P,)
+    return torch.nn.functional.pad(flat, (0, padded - flat.numel()))  # (N·S,)
+
+
 CASES = [(n, sizes) for n in (1, 2, 3, 4, 6) for sizes in itertools.product(range(6), (0, 1, 4), (1, 3))]
 
 

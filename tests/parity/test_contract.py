@@ -7,7 +7,7 @@ import pytest
 from simlab.parity import CORE_KEYS
 from simlab.parity.collectives import run_collective
 from simlab.parity.common import result
-from simlab.parity.data_parallel import run_ddp, run_dp
+from simlab.parity.data_parallel import run_ddp, run_dp, run_dp_and_ddp
 from simlab.parity.hybrid import run_hybrid
 from simlab.parity.pipeline import run_pipeline
 from simlab.parity.tensor_parallel import run_tp, run_tp_split
@@ -18,13 +18,16 @@ RUNS = {  # each run with small, fast arguments on 2 ranks
     "collectives": lambda **kw: run_collective("ring-all-reduce", numel=8, **kw),
     "dp": lambda **kw: run_dp(steps=1, global_batch=4, **kw),
     "ddp": lambda **kw: run_ddp(steps=1, global_batch=4, **kw),
+    "dp_and_ddp": lambda **kw: run_dp_and_ddp(bucket_cap_mb=25.0, model_bytes=58720256, steps=1, global_batch=4,
+                                              **kw),  # lesson 2's explorer: both, for real
     "zero": lambda **kw: run_zero(2, steps=1, global_batch=4, **kw),
     "pipeline": lambda **kw: run_pipeline("gpipe", microbatches=2, global_batch=4, **kw),
     "tensor_parallel": lambda **kw: run_tp(**kw),
     "tensor_parallel_split": lambda **kw: run_tp_split("row", "column", **kw),  # lesson 5's explorer, any split
     "hybrid": lambda **kw: run_hybrid(dp=2, pp=1, tp=1, steps=1, **kw),
 }
-FUNCTIONS = [run_collective, run_dp, run_ddp, run_zero, run_pipeline, run_tp, run_tp_split, run_hybrid]
+FUNCTIONS = [run_collective, run_dp, run_ddp, run_dp_and_ddp, run_zero, run_pipeline, run_tp, run_tp_split,
+             run_hybrid]
 
 
 @pytest.mark.parametrize("fn", FUNCTIONS, ids=lambda f: f.__name__)

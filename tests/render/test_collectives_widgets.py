@@ -8,10 +8,10 @@ import pytest
 
 matplotlib.use("Agg")
 
-from simlab.parity.collectives import run_collective  # noqa: E402
-from simlab.render.collectives import ring_lab  # noqa: E402
-from simlab.render.mpl import png_size  # noqa: E402
-from simlab.render.player import FramePlayer  # noqa: E402
+from simlab.parity.collectives import run_collective  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.collectives import ring_lab  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.mpl import png_size  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.player import FramePlayer  # noqa: E402 — after matplotlib.use("Agg")
 
 
 def run_ring(world_size, numel):  # what the notebook passes in: render/ never starts processes

@@ -5,11 +5,12 @@ import json
 import pytest
 from matplotlib.figure import Figure
 
-from simlab.render.controls import (Panel, figure_image, off_grid, run_control, show_figure, table_html, trace_link,
-                                    readout_html)
+from simlab.render.controls import Panel, figure_image, run_control, show_figure, table_html, trace_link, readout_html
 from simlab.render.picture import DISPLAY_DPI, PIXEL_SCALE, figure_png, png_size, render_png
 from simlab.render.player import MAX_INTERVAL_MS, frame_player, reveal_player
 from simlab.trace import Event, Trace
+
+from .widget_checks import off_grid
 
 
 def _fig(width=4.0, height=2.0, x=1):

@@ -9,12 +9,13 @@ import pytest
 
 matplotlib.use("Agg")
 
-from simlab.parity.data_parallel import run_dp_and_ddp  # noqa: E402
-from simlab.render.controls import Panel  # noqa: E402
-from simlab.render.data_parallel import (BANDWIDTH_GBPS, BUCKET_CAP_MB, MODEL_MPARAMS, dp_ddp_explorer,  # noqa: E402
-                                         explorer_frame)
-from simlab.render.text import _fmt  # noqa: E402
-from simlab.sim.data_parallel import compare, workload_from_layers  # noqa: E402
+from simlab.parity.data_parallel import run_dp_and_ddp  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.controls import Panel  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.data_parallel import (  # noqa: E402 — after matplotlib.use("Agg")
+    BANDWIDTH_GBPS, BUCKET_CAP_MB, MODEL_MPARAMS, dp_ddp_explorer,
+    explorer_frame)
+from simlab.render.text import _fmt  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.data_parallel import compare, workload_from_layers  # noqa: E402 — after matplotlib.use("Agg")
 
 NOTEBOOK = pathlib.Path(__file__).parents[2] / "notebooks/02_data_parallel.ipynb"
 

@@ -6,15 +6,17 @@ import pytest
 
 matplotlib.use("Agg")
 
-from simlab.render.hybrid_advisor import advisor_text  # noqa: E402
-from simlab.render.hybrid_run import TOLERANCE, draw_predicted_vs_real, run_text, time_text  # noqa: E402
-from simlab.render.hybrid_widgets import (GANTT_ACTIONS, SHOWN, scaled_down, strategy_explorer,  # noqa: E402
-                                          strategy_frame)
-from simlab.sim.advisor import family, search  # noqa: E402
-from simlab.sim.hardware import cluster  # noqa: E402
-from simlab.sim.hybrid_scenarios import BY_KEY, SCENARIOS  # noqa: E402
-from simlab.sim.model import PRESETS  # noqa: E402
-from simlab.trace import Event, Trace  # noqa: E402
+from simlab.render.hybrid_advisor import advisor_text  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.hybrid_run import (  # noqa: E402 — after matplotlib.use("Agg")
+    TOLERANCE, draw_predicted_vs_real, run_text, time_text)
+from simlab.render.hybrid_widgets import (  # noqa: E402 — after matplotlib.use("Agg")
+    GANTT_ACTIONS, SHOWN, scaled_down, strategy_explorer,
+    strategy_frame)
+from simlab.sim.advisor import family, search  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.hardware import cluster  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.hybrid_scenarios import BY_KEY, SCENARIOS  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.model import PRESETS  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.trace import Event, Trace  # noqa: E402 — after matplotlib.use("Agg")
 
 
 def children(widget):

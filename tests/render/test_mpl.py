@@ -9,16 +9,18 @@ import pytest
 
 matplotlib.use("Agg")
 
-from matplotlib.collections import PolyCollection  # noqa: E402
-from matplotlib.colors import to_hex  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Circle, FancyArrowPatch, Rectangle  # noqa: E402
+from matplotlib.collections import PolyCollection  # noqa: E402 — after matplotlib.use("Agg")
+from matplotlib.colors import to_hex  # noqa: E402 — after matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402 — after matplotlib.use("Agg")
+from matplotlib.patches import Circle, FancyArrowPatch, Rectangle  # noqa: E402 — after matplotlib.use("Agg")
 
-from simlab.sim.collectives import naive_all_reduce, ring_all_reduce, tree_broadcast  # noqa: E402
-from simlab.sim.stepper import simulate  # noqa: E402
-from simlab.render.mpl import (NOT_HELD_COLOR, UNKNOWN_COLOR, draw_bytes, draw_ring_step,  # noqa: E402
-                               draw_timeline, rank_position)
-from simlab.trace import Event, Trace  # noqa: E402
+from simlab.sim.collectives import (  # noqa: E402 — after matplotlib.use("Agg")
+    naive_all_reduce, ring_all_reduce, tree_broadcast)
+from simlab.sim.stepper import simulate  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.mpl import (  # noqa: E402 — after matplotlib.use("Agg")
+    NOT_HELD_COLOR, UNKNOWN_COLOR, draw_bytes, draw_ring_step,
+    draw_timeline, rank_position)
+from simlab.trace import Event, Trace  # noqa: E402 — after matplotlib.use("Agg")
 
 
 def patches(fig, kind, gid=None):
@@ -108,7 +110,7 @@ def test_timeline_for_simulated_and_real_traces():
 
 
 def test_figures_save_headless_and_no_pyplot_or_torch():
-    code = ("import sys; from simlab.render import mpl, text, widgets;"
+    code = ("import sys; from simlab.render import collectives, mpl, text;"
             "assert 'matplotlib' not in sys.modules and 'ipywidgets' not in sys.modules;"
             "from simlab.sim.collectives import ring_all_reduce; from simlab.sim.stepper import simulate;"
             "p = ring_all_reduce(4, 8); r = simulate(p); import io;"

@@ -4,12 +4,13 @@ import pytest
 
 matplotlib.use("Agg")
 
-from simlab.sim.pipeline import bubble_fraction, makespan, simulate  # noqa: E402
-from simlab.sim.pipeline import explore as explorer_run  # noqa: E402
-from simlab.sim.schedules import make_schedule, nearest_valid as fitted  # noqa: E402
-from simlab.render.pipeline import OP_COLOR, draw_gantt, draw_sim_vs_real, gantt_text  # noqa: E402
-from simlab.render.pipeline_widgets import explorer_frame  # noqa: E402
-from simlab.trace import Event, Trace  # noqa: E402
+from simlab.sim.pipeline import bubble_fraction, makespan, simulate  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.pipeline import explore as explorer_run  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.schedules import make_schedule, nearest_valid as fitted  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.pipeline import (  # noqa: E402 — after matplotlib.use("Agg")
+    OP_COLOR, draw_gantt, draw_sim_vs_real, gantt_text)
+from simlab.render.pipeline_widgets import explorer_frame  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.trace import Event, Trace  # noqa: E402 — after matplotlib.use("Agg")
 
 
 def boxes(ax) -> list[tuple[float, float, float, float, str]]:

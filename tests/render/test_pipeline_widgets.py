@@ -13,16 +13,16 @@ import pytest
 
 matplotlib.use("Agg")
 
-from simlab.exec.launch import LaunchTimeout  # noqa: E402
-from simlab.parity.pipeline import run_pipeline  # noqa: E402
-from simlab.render import pipeline_widgets as PW  # noqa: E402
-from matplotlib.font_manager import FontProperties  # noqa: E402
-from matplotlib.textpath import TextPath  # noqa: E402
-from simlab.render.mpl import MIN_FONT, render_png  # noqa: E402
-from simlab.render.pipeline import draw_gantt, draw_sim_vs_real  # noqa: E402
-from simlab.render.player import FramePlayer  # noqa: E402
-from simlab.sim.pipeline import explore, makespan, simulate  # noqa: E402
-from simlab.sim.schedules import make_schedule  # noqa: E402
+from simlab.exec.launch import LaunchTimeout  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.parity.pipeline import run_pipeline  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render import pipeline_widgets as PW  # noqa: E402 — after matplotlib.use("Agg")
+from matplotlib.font_manager import FontProperties  # noqa: E402 — after matplotlib.use("Agg")
+from matplotlib.textpath import TextPath  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.mpl import MIN_FONT, render_png  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.pipeline import draw_gantt, draw_sim_vs_real  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.player import FramePlayer  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.pipeline import explore, makespan, simulate  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.schedules import make_schedule  # noqa: E402 — after matplotlib.use("Agg")
 
 LESSON = dict(name="1f1b", stages=4, microbatches=8, chunks=2, ratio=2.0)  # section 7's call
 

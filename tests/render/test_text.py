@@ -271,7 +271,6 @@ def test_the_uneven_paragraph_states_what_the_real_run_printed():
     assert counts == plan.bytes_sent_per_rank() and f"sends {max(counts)} B" in text and max(counts) >= bound
 
 
-def test_plural_and_mib():
-    from simlab.render.text import mib, plural
-    assert [plural(1, "bucket"), plural(3, "bucket"), plural(4, "process")] == ["1 bucket", "3 buckets", "4 processes"]
+def test_mib():
+    from simlab.render.text import mib
     assert mib(56 * 2**20) == "56.0 MiB"

@@ -7,14 +7,16 @@ import pytest
 
 matplotlib.use("Agg")
 
-from matplotlib.colors import to_hex  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.patches import Rectangle  # noqa: E402
+from matplotlib.colors import to_hex  # noqa: E402 — after matplotlib.use("Agg")
+from matplotlib.figure import Figure  # noqa: E402 — after matplotlib.use("Agg")
+from matplotlib.patches import Rectangle  # noqa: E402 — after matplotlib.use("Agg")
 
-from simlab.render.timeline import (ALL_REDUCE_SHADES, STYLE, draw_dp_vs_ddp, draw_lanes,  # noqa: E402
-                                    lanes_text)
-from simlab.sim.data_parallel import simulate_ddp, simulate_dp, workload_from_layers  # noqa: E402
-from simlab.trace import Event, Trace  # noqa: E402
+from simlab.render.timeline import (  # noqa: E402 — after matplotlib.use("Agg")
+    ALL_REDUCE_SHADES, STYLE, draw_dp_vs_ddp, draw_lanes,
+    lanes_text)
+from simlab.sim.data_parallel import (  # noqa: E402 — after matplotlib.use("Agg")
+    simulate_ddp, simulate_dp, workload_from_layers)
+from simlab.trace import Event, Trace  # noqa: E402 — after matplotlib.use("Agg")
 
 W = workload_from_layers()  # 5 layers, 4 devices, 3 buckets
 

@@ -5,10 +5,11 @@ import pytest
 
 matplotlib.use("Agg")
 
-from simlab.sim.memory import per_gpu_bytes  # noqa: E402
-from simlab.sim.zero import holdings_text, walkthrough  # noqa: E402
-from simlab.render.zero import (calculator_frame, calculator_rows, draw_memory_bars,  # noqa: E402
-                                draw_memory_curve, draw_zero_step, gb)
+from simlab.sim.memory import per_gpu_bytes  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.zero import holdings_text, walkthrough  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.zero import (  # noqa: E402 — after matplotlib.use("Agg")
+    calculator_rows, calculator_table, calculator_title, draw_memory_bars,
+    draw_memory_curve, draw_zero_step, gb)
 
 PSI, N = 7_500_000_000, 64
 PAPER_GB = ["120", "31.4", "16.6", "1.88"]  # ZeRO paper, Figure 1 (120, 31.4, 16.6, 1.9 GB), 3 digits
@@ -37,18 +38,23 @@ def test_gb_labels_have_meaningful_digits(nbytes, label):
     assert gb(nbytes) == label
 
 
-def test_calculator_frame_shows_the_papers_numbers():
-    fig, text = calculator_frame(7.5e9, 64, "mixed")
-    for number in PAPER_GB:
-        assert number in text
-    assert len(bars(fig, "params")) == 4
+def calculator_figure(params, gpus, precision="mixed", offload=False):
+    """The memory calculator's picture, as `render.zero_widgets.memory_calculator` draws it."""
+    return draw_memory_bars(calculator_rows(params, gpus, precision, offload),
+                            title=calculator_title(params, gpus, precision))
+
+
+def test_calculator_shows_the_papers_numbers():
+    table = calculator_table(calculator_rows(7.5e9, 64, "mixed"))
+    assert [row["GPU total"] for row in table] == PAPER_GB
+    assert len(bars(calculator_figure(7.5e9, 64), "params")) == 4
 
 
 def test_calculator_offload_only_on_stages_2_and_3():
     rows = list(calculator_rows(7.5e9, 64, "mixed", offload=True).values())
     assert [r["cpu"] > 0 for r in rows] == [False, False, True, True]
     assert rows[2] == per_gpu_bytes(PSI, N, 2, offload=True, precision="mixed")
-    fig, _ = calculator_frame(7.5e9, 64, "mixed", offload=True)
+    fig = calculator_figure(7.5e9, 64, "mixed", offload=True)
     assert [b.get_height() for b in bars(fig, "cpu")] == pytest.approx([r["cpu"] / 1e9 for r in rows])
 
 

@@ -8,15 +8,19 @@ import pytest
 
 matplotlib.use("Agg")
 
-from matplotlib.text import Text  # noqa: E402
+from matplotlib.text import Text  # noqa: E402 — after matplotlib.use("Agg")
 
-from simlab.render.mpl import PIXEL_SCALE, figure_png, png_size  # noqa: E402
-from simlab.render.player import FramePlayer  # noqa: E402
-from simlab.render.zero import (calculator_frame, draw_memory_curve, draw_offload_timeline,  # noqa: E402
-                                draw_real_vs_model, draw_zero_step, real_run_text)
-from simlab.render.zero_widgets import memory_calculator, walkthrough_player, zero_explorer  # noqa: E402
-from simlab.sim.memory import comm_volume_per_step, per_gpu_bytes  # noqa: E402
-from simlab.sim.zero import holdings_text, walkthrough  # noqa: E402
+from simlab.render.mpl import PIXEL_SCALE, figure_png, png_size  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.player import FramePlayer  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.zero import (  # noqa: E402 — after matplotlib.use("Agg")
+    calculator_rows, calculator_title, draw_memory_bars, draw_memory_curve,
+    draw_offload_timeline, draw_real_vs_model, draw_zero_step, real_run_text)
+from simlab.render.zero_widgets import (  # noqa: E402 — after matplotlib.use("Agg")
+    memory_calculator, walkthrough_player, zero_explorer)
+from simlab.sim.memory import comm_volume_per_step, per_gpu_bytes  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.zero import holdings_text, walkthrough  # noqa: E402 — after matplotlib.use("Agg")
+
+from .widget_checks import off_grid  # noqa: E402 — after matplotlib.use("Agg")
 
 SIZES = (5, 7, 3, 4)  # the lesson's MLP: three Linears of 42, 24, 16 parameters
 LAYERS = [42, 24, 16]
@@ -59,8 +63,7 @@ def test_calculator_starts_exactly_at_the_papers_example():
     assert knobs["gpus"].value == 64 and knobs["precision"].value == "mixed"
     for knob in (knobs["params"], knobs["gpus"]):  # every slider's default lies on its grid
         assert isinstance(knob, w.SelectionSlider) and knob.value == [v for _, v in knob.options][knob.index]
-    from simlab.render.controls import off_grid
-    assert off_grid(panel) == [] and off_grid(zero_explorer(run_real)) == []  # the toolkit's own grid check
+    assert off_grid(panel) == [] and off_grid(zero_explorer(run_real)) == []  # no slider the browser would snap
     image, table = panel.children[2], panel.children[3]
     assert image.value[:4] == b"\x89PNG" and image.layout.display is None
     assert int(image.width) == round(png_size(image.value)[0] / PIXEL_SCALE)  # natural size
@@ -85,7 +88,7 @@ def test_calculator_refuses_an_off_grid_default_in_one_line():
 
 @pytest.mark.parametrize("gpus, offload", [(64, False), (1, True), (1024, True)])
 def test_calculator_figure_is_readable_and_its_legend_covers_no_label(gpus, offload):
-    fig, _ = calculator_frame(7.5e9, gpus, "mixed", offload)
+    fig = draw_memory_bars(calculator_rows(7.5e9, gpus, "mixed", offload), title=calculator_title(7.5e9, gpus, "mixed"))
     readable(fig)
     no_legend_covers(fig, "total")
 

@@ -200,7 +200,7 @@ def test_tensor_parallel_refuses_fractional_shapes_and_nan():
 
 def test_zero_refuses_bad_arguments():
     refused(lambda: zero.walkthrough(2, precision=["mixed"]), "precision")  # was 'unhashable type'
-    for fn in (zero.memory_curve, zero.peak_bytes, zero.comm_bytes, zero.to_trace):
+    for fn in (zero.memory_curve, zero.peak_bytes, zero.to_trace):
         refused(lambda fn=fn: fn([]), "steps")  # was an IndexError
     refused(lambda: zero.holdings_text("x"), "step")
 

@@ -102,7 +102,7 @@ def test_hand_computed_zero_1_with_and_without_overlap():
     and forward."""
     m, c = PRESETS["gpt3-175b"], cluster(gpus=512)
     params = 12 * m.layer_params_per_rank(8) + m.embedding_params_per_rank(8)  # first stage: 12 layers + embedding
-    per = lambda f, nbytes: 12 * float(f(c, 8, 8, nbytes / 12))  # noqa: E731
+    per = lambda f, nbytes: 12 * float(f(c, 8, 8, nbytes / 12))  # noqa: E731 — a local one-liner per collective
     rs, ag = per(reduce_scatter, 2 * params), per(all_gather, 2 * params)
     plain = step(m, Plan(tp=8, pp=8, dp=8, zero=1, overlap="none", attention="eager"), c, 512)
     assert plain["breakdown"]["dp_comm"] == pytest.approx(rs + ag) and plain["hidden"]["dp_comm"] == 0

@@ -10,9 +10,10 @@ from simlab.sim.advisor_explain import MODEL_ERROR
 from simlab.sim.hybrid import check_plan
 from simlab.sim.model import PRESETS
 from simlab.sim.published import validation
-from simlab.sim.published_runs import BY_KEY, RUNS, megatron_flops_per_token
+from simlab.sim.published_runs import RUNS, megatron_flops_per_token
 
 ROWS = validation()
+BY_KEY = {r.key: r for r in RUNS}
 
 
 def test_at_least_twelve_runs_over_both_gpus_and_the_frameworks_that_train_today():

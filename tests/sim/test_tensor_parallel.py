@@ -85,14 +85,17 @@ def test_megatron_mlp_equals_unsplit(ranks):
 
 
 def torch_mlp(x, a, b):
-    t = lambda m: torch.tensor(m, dtype=torch.float64)  # noqa: E731
+    t = lambda m: torch.tensor(m, dtype=torch.float64)  # noqa: E731 — a local one-liner: float64 tensors
     return (torch.nn.functional.gelu(t(x) @ t(a), approximate="tanh") @ t(b)).numpy()
 
 
 def test_broken_split_hand_example():
     # X = [1, 1], A = [[1], [1]] split by rows: GeLU(1) + GeLU(1) instead of GeLU(1 + 1)
     res = broken_mlp(2, [[1.0, 1.0]], [[1.0], [1.0]], [[1.0]])
-    g = lambda v: torch.nn.functional.gelu(torch.tensor(v, dtype=torch.float64), approximate="tanh").item()  # noqa
+
+    def g(v):
+        return torch.nn.functional.gelu(torch.tensor(v, dtype=torch.float64), approximate="tanh").item()
+
     assert res.result[0, 0] == pytest.approx(2 * g(1.0), abs=1e-15)
     assert res.reference[0, 0] == pytest.approx(g(2.0), abs=1e-15)
     assert res.error == pytest.approx(abs(g(2.0) - 2 * g(1.0)), abs=1e-15) and res.error > 0.27
@@ -108,7 +111,7 @@ def test_broken_split_is_wrong_and_the_right_one_is_not(ranks):
 
 
 def torch_attention(x, wq, wk, wv, wo, heads):
-    t = lambda m: torch.tensor(m, dtype=torch.float64)  # noqa: E731
+    t = lambda m: torch.tensor(m, dtype=torch.float64)  # noqa: E731 — a local one-liner: float64 tensors
     b, s, h = x.shape
     q, k, v = ((t(x) @ t(w)).view(b, s, heads, -1).transpose(1, 2) for w in (wq, wk, wv))
     o = torch.nn.functional.scaled_dot_product_attention(q, k, v)  # (b, H, s, d), no mask

@@ -4,11 +4,15 @@ import re
 import pytest
 
 from simlab.sim.memory import PRECISIONS, comm_volume_in_psi, comm_volume_per_step, per_gpu_bytes
-from simlab.sim.zero import (comm_bytes, holdings_text, memory_curve, peak_bytes, to_trace,
-                             walkthrough)
+from simlab.sim.zero import holdings_text, memory_curve, peak_bytes, to_trace, walkthrough
 
 CASES = [(s, False) for s in range(4)] + [(2, True), (3, True)]  # (stage, offload)
 SCENES = [(1, 1), (3, 3), (2, 4), (4, 2), (3, 1)]  # (layers, world_size)
+
+
+def comm_bytes(steps) -> list[int]:
+    """Bytes each GPU sent to other GPUs over the whole walkthrough (host transfers not included)."""
+    return [sum(st.bytes_sent[g] for st in steps) for g in range(len(steps[0].bytes_sent))]
 
 
 def blocks(layers, n, owner=None):
