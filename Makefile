@@ -17,7 +17,7 @@ QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 # browser_tests/ run only under `make test-browser`: they need chromium and playwright.
 TEST_PATHS := tests simlab
 
-.PHONY: setup lab work-reset test test-fast test-browser bench bench-browser gpu-check exercises notebooks zh clean
+.PHONY: setup lab work-reset test test-full test-fast test-browser bench bench-browser gpu-check exercises notebooks zh clean
 
 $(BIN)/.installed: pyproject.toml tools/setup_torch.py
 	@echo "setting up $(VENV) (the first time takes a few minutes)"
@@ -40,6 +40,10 @@ work-reset:
 
 test: setup
 	$(BIN)/python -m pytest $(TEST_PATHS) $(NBVAL_PATHS) --nbval -p no:cacheprovider
+
+# every case of the sweeps that `make test` samples (tests/sampling.py: a seed per day, edge cases always)
+test-full: setup
+	SIMLAB_TEST_FULL=1 $(BIN)/python -m pytest $(TEST_PATHS) $(NBVAL_PATHS) --nbval -p no:cacheprovider
 
 test-fast: setup
 	$(BIN)/python -m pytest $(TEST_PATHS) -x -q -m "not slow"
@@ -65,7 +69,7 @@ bench: setup
 bench-browser: setup $(BIN)/.browser-installed
 	$(BIN)/python benchmarks/browser.py
 
-# every lesson's parity on NCCL and ZeRO's CUDA memory vs the model (needs NVIDIA GPUs; prints a table)
+# every engine on CUDA, CUDA memory and a timed step vs the models, on one GPU or one per rank (tools/gpu_check.py)
 gpu-check: setup
 	$(BIN)/python tools/gpu_check.py
 

@@ -27,3 +27,16 @@ def no_launch(monkeypatch):
     import simlab.exec.launch as L
     monkeypatch.setattr(L, "_pick_start_method", lambda *a: pytest.fail("a process was started"))
     monkeypatch.setattr(L, "_run_under_torchrun", lambda *a: pytest.fail("a process was started"))
+
+
+def pytest_configure(config):
+    """Fix the day's sample seed once, before xdist workers start (they inherit the environment)."""
+    import os
+
+    from sampling import seed
+    os.environ.setdefault("SIMLAB_TEST_SEED", str(seed()))
+
+
+def pytest_report_header(config):
+    from sampling import FULL, seed
+    return f"simlab sweeps: {'every case (SIMLAB_TEST_FULL=1)' if FULL else f'sampled, SIMLAB_TEST_SEED={seed()}'}"

@@ -23,6 +23,7 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from sampling import FULL  # 1500 command lines under make test-full, 400 (new ones each run) else
 
 from simlab.cli import build_parser, main
 from simlab.sim.model import PRESETS
@@ -134,7 +135,7 @@ def check_outcome(argv, code, out, err) -> None:
         assert code == "started" and argv[0] in ("run", "calibrate"), (argv, code, out, err)
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+@settings(max_examples=1500 if FULL else 400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(argv=command_lines())
 def test_no_command_line_gets_a_traceback_a_hang_or_loose_json(stubbed, argv):

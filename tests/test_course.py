@@ -11,7 +11,7 @@ from simlab.sim.collectives import ring_all_gather, ring_all_reduce
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
-import make_exercises  # noqa: E402
+import make_exercises  # noqa: E402 — after sys.path gains tools/
 
 
 def test_exercises_are_generated_from_solutions_without_drift():
@@ -34,18 +34,20 @@ def test_strip_solutions_keeps_indentation_and_the_rest():
         make_exercises.strip_solutions("### BEGIN SOLUTION\nx", "code")
 
 
-def _nbval(path: Path) -> subprocess.CompletedProcess:
+def _nbval(path: Path, *flags: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "pytest", "--nbval", str(path), "-q", "-p", "no:cacheprovider",
-                           "--override-ini=addopts=", "--timeout=600"],
+                           "--override-ini=addopts=", "--timeout=600", *flags],
                           cwd=ROOT, capture_output=True, text=True, timeout=900)
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in (ROOT / "solutions").glob("*.ipynb")))
-def test_exercise_fails_on_stub_and_passes_with_solution(name):
-    stub = _nbval(ROOT / "exercises" / name)
+def test_exercise_fails_on_its_first_stub(name):
+    """A learner who has answered nothing fails, on the stub. `-x`: the run stops at the first failing cell,
+    which must be a stub's NotImplementedError, not an earlier cell broken by the generator. That the same
+    notebook passes with the answers in is nbval over solutions/ in `make test` (NBVAL_PATHS), not rerun here."""
+    stub = _nbval(ROOT / "exercises" / name, "-x")
     assert stub.returncode == 1 and "NotImplementedError" in stub.stdout, stub.stdout[-2000:]
-    solved = _nbval(ROOT / "solutions" / name)
-    assert solved.returncode == 0, solved.stdout[-3000:]
+    assert "1 failed" in stub.stdout, stub.stdout[-2000:]
 
 
 def test_grader_accepts_the_reference_plan(capsys):
@@ -150,3 +152,10 @@ def test_a_wrong_answer_fails_nbval_with_its_reason_in_one_line_not_a_traceback(
     shown = out.stdout[out.stdout.index("Traceback:"):out.stdout.index("short test summary")]
     lines = [line for line in shown.splitlines()[1:] if line.strip() and not line.startswith("=")]
     assert lines == ["CheckFailed: rank 2: sent 64 B, not 60"], shown
+
+
+def test_make_test_runs_every_solution_and_lesson_under_nbval():
+    """The solutions' passing run lives in `make test` (not repeated by the stub test above)."""
+    import re
+    paths = re.search(r"^NBVAL_PATHS := (.*)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+    assert {"notebooks", "solutions"} <= set(paths)

@@ -8,6 +8,7 @@ import inspect
 import itertools
 
 import pytest
+from sampling import sample  # tests/sampling.py: every grid under make test-full, a daily sample else
 
 import simlab.exec.hybrid as H
 import simlab.exec.tensor_parallel as T
@@ -17,13 +18,17 @@ from simlab.sim.hybrid_run import HybridRun
 
 TOL = 1e-5
 GRIDS = [(tp, dp, pp) for tp, dp, pp in itertools.product(range(1, 9), repeat=3) if tp * dp * pp <= 8]
+# Always: one process, each dimension alone at 8, each pair, all three, odd sizes; 6 more drawn each day.
+EDGE_GRIDS = ((1, 1, 1), (8, 1, 1), (1, 8, 1), (1, 1, 8), (2, 4, 1), (4, 1, 2), (1, 2, 4), (2, 2, 2), (3, 1, 2),
+              (1, 3, 2), (1, 1, 7))
+SAMPLED = sample(GRIDS, 6, always=EDGE_GRIDS, name="3-D grids")
 
 
 def variants(pp):
     return ({"zero": 1},) + (({"schedule": "interleaved", "chunks": 2},) if pp > 1 else ())
 
 
-@pytest.mark.parametrize("tp, dp, pp", GRIDS, ids=lambda x: str(x))
+@pytest.mark.parametrize("tp, dp, pp", SAMPLED, ids=lambda x: str(x))
 def test_every_grid_trains_like_one_process_with_the_predicted_bytes_and_memory(tp, dp, pp):
     res = run_hybrid(tp=tp, dp=dp, pp=pp, steps=2, variants=variants(pp))
     runs = [res] + res["variants"]

@@ -3,16 +3,20 @@ import math
 
 import numpy as np
 import pytest
+from sampling import sample  # tests/sampling.py: every case under make test-full, a daily sample else
 
 from simlab.plan import split_sizes
-from simlab.sim.collectives import (make_inputs, make_plan, naive_all_reduce, ring_all_gather,
-                                    ring_all_reduce, ring_reduce_scatter, tree_broadcast)
+from simlab.sim.collectives import (ALIASES, COLLECTIVES, canonical, make_inputs, make_plan, naive_all_reduce,
+                                    ring_all_gather, ring_all_reduce, ring_reduce_scatter, tree_broadcast)
 from simlab.sim.cost import alpha_beta, naive_all_reduce_seconds, ring_all_reduce_seconds
 from simlab.sim.stepper import PlanError, simulate
 
 SIZES = [1, 2, 3, 7, 64, 1000, 1001]
-RANKS = list(range(1, 65))
-PLANS = [ring_reduce_scatter, ring_all_gather, ring_all_reduce, tree_broadcast, naive_all_reduce]
+# n = 1..64 under `make test-full`; `make test` always checks the edges (1, 2, 3, powers of two, a prime, 63, 64)
+# and 10 more drawn with the day's seed
+EDGES = (1, 2, 3, 4, 5, 7, 8, 13, 16, 63, 64)
+RANKS = sample(range(1, 65), 10, always=EDGES, name="ring sizes")
+PLANS = [c.plan for c in COLLECTIVES.values()]  # the one registry of lesson 1's collectives
 
 
 @pytest.mark.parametrize("plan_fn", PLANS)
@@ -198,3 +202,16 @@ def test_powers_of_two_inputs_decode_to_the_simulated_sources():
     assert pieces[1][2].tolist() == [4, 4, 4, 4]
     with pytest.raises(ValueError, match="world_size=25"):
         power_inputs(25, 1)
+
+
+def test_one_registry_names_every_collective_and_its_old_spellings():
+    import inspect
+    assert list(COLLECTIVES) == ["ring-all-reduce", "ring-reduce-scatter", "ring-all-gather", "tree-broadcast",
+                                 "naive-all-reduce"]
+    for name, c in COLLECTIVES.items():  # the name is the function's, with hyphens; rooted iff it takes root=
+        assert name == c.plan.__name__.replace("_", "-")
+        assert c.rooted == ("root" in inspect.signature(c.plan).parameters)
+        assert all(canonical(old) == name for old in c.old_names) and canonical(name) == name
+    assert ALIASES == {"ring-allreduce": "ring-all-reduce", "broadcast": "tree-broadcast",
+                       "naive-allreduce": "naive-all-reduce"}
+    assert make_plan("broadcast", 4, 8, root=2).root == 2
