@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from sampling import sample  # tests/sampling.py: every group under make test-full
 
 from simlab.exec.launch import device, launch
 
@@ -193,24 +194,23 @@ def test_a_check_that_hangs_is_one_row_and_the_run_fails(tmp_path):
     assert "✗ selftest: hang: timed out after 3 s" in out.stdout
 
 
+GROUPS = [group.name for group in gpu_check["plan"]("cpu", 0)]
+# make test: the memory rows and the plumbing always, two more groups drawn each day; make test-full: all of them
+DRY_RUN = sample(GROUPS, 2, always=("memory-zero", "memory-3d", "launch", "tensor-parallel"), name="gpu groups")
+
+
 @pytest.mark.slow
-def test_the_dry_run_of_memory_and_plumbing_passes_and_writes_its_table(tmp_path):
+def test_the_dry_run_passes_every_row_and_writes_its_table(tmp_path):
     path = tmp_path / "gpu_check.md"
-    out = run("--device", "cpu", "--only", "memory-zero,memory-3d,launch,tensor", "--out", str(path))
+    out = run("--device", "cpu", "--only", ",".join(DRY_RUN), "--out", str(path), timeout=290)
     assert out.returncode == 0, out.stdout + out.stderr
     text = path.read_text()
     assert "CPU dry run" in text and "| check" in text
-    names = ["memory: zero1", "memory: zero2", "memory: zero3", "memory: offload", "memory: 3-d first stage",
-             "memory: 3-d last stage", "launch: device plumbing", "tensor parallel: mlp", "tensor parallel: attention"]
     rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
-    for name in names:
-        assert rows[name].rstrip(" |").endswith("✓"), rows[name]
+    expected = [check for group in gpu_check["plan"]("cpu", 0) if group.name in DRY_RUN for check, _ in group.checks]
+    assert {"memory: zero1", "memory: zero2", "memory: zero3", "memory: offload", "memory: 3-d first stage",
+            "memory: 3-d last stage", "launch: device plumbing", "tensor parallel: mlp",
+            "tensor parallel: attention"} <= set(expected)
+    for name in expected:
+        assert rows[name].rstrip(" |").endswith(("✓", "info")), rows[name]
     assert "tensors in collectives: 4 on cpu" in rows["tensor parallel: mlp"]
-
-
-@pytest.mark.slow
-def test_the_whole_plan_runs_on_the_cpu():
-    out = run("--device", "cpu", timeout=290)
-    rows = [line for line in out.stdout.splitlines() if line.startswith("gpu-check: ") and ": " in line[11:]]
-    assert len([r for r in rows if r[11:12] in "✓✗i"]) == len(checks("cpu", 0)), out.stdout
-    assert out.returncode == 0, out.stdout + out.stderr
