@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import datetime
 import faulthandler
-import fcntl
 import gc
-import ipaddress
 import os
 import pickle
 import shutil
 import signal
 import socket
-import struct
 import sys
 import tempfile
 import time
@@ -33,36 +30,23 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from simlab._checks import check_choice, check_int, check_positive
-from simlab.exec.launch_watch import (Interrupted, LaunchTimeout, WorkerError, collect, die_with_parent,  # noqa: F401
-                                      interrupted, locate)
+from simlab._checks import check_choice, check_positive
+from simlab.exec import launch_device
 
-BACKENDS = ("auto", "gloo", "nccl")
+# re-exported: every engine and parity run imports device and resolve_backend from here
+from simlab.exec.launch_device import BACKENDS, device, resolve_backend  # noqa: F401 — re-exported
+from simlab.exec.launch_watch import (  # noqa: F401
+    Interrupted,
+    LaunchTimeout,
+    WorkerError,
+    collect,
+    die_with_parent,
+    interrupted,
+    locate,
+)
+
 START_METHODS = ("auto", "fork", "spawn", "forkserver")
 _BACKSTOP = 5.0  # extra seconds for the workers' own store/collective timeouts
-
-
-def resolve_backend(backend: str, world_size: int) -> str:
-    """'auto' → 'nccl' with one GPU per rank, else 'gloo'. Raises ValueError before anything starts."""
-    check_choice("backend", backend, BACKENDS)
-    check_int("world_size", world_size, 1)
-    gpus = torch.cuda.device_count()  # asks NVML; is_available() would init CUDA and poison later forks
-    if backend == "auto":
-        return "nccl" if gpus >= world_size else "gloo"
-    if backend == "nccl" and gpus < world_size:
-        raise ValueError(f"backend='nccl': needs one GPU per rank, {world_size} for world_size={world_size}; "
-                         f"found {gpus}")
-    return backend
-
-
-def device() -> torch.device:
-    """Where this rank should put its tensors: its own GPU under NCCL, else the CPU — unless SIMLAB_DEVICE=cuda
-    puts any backend's ranks on GPUs (launch: rank r on GPU r mod GPUs; gloo ranks may share one, NCCL's may not;
-    gloo moves CUDA tensors in its collectives, not in send/recv: tools/gpu_check.py). Every engine takes
-    its device from its tensors or a `device=` argument; the parity runs pass this one."""
-    if dist.is_initialized() and (dist.get_backend() == "nccl" or os.environ.get("SIMLAB_DEVICE") == "cuda"):
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
 
 
 def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="auto", **kwargs) -> list:
@@ -74,10 +58,7 @@ def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="au
     """
     _check_fn(fn)
     backend = resolve_backend(backend, world_size)
-    wanted = check_choice("SIMLAB_DEVICE", os.environ.get("SIMLAB_DEVICE") or "cpu", ("cpu", "cuda"))
-    gpus = torch.cuda.device_count() if backend == "nccl" or wanted == "cuda" else 0  # rank r: GPU r mod gpus
-    if wanted == "cuda" and not gpus:
-        raise ValueError("SIMLAB_DEVICE=cuda: this machine has no CUDA GPU (unset it to run on the CPU)")
+    gpus = launch_device.gpus_for(backend)  # rank r works on GPU r mod gpus (0: the CPU)
     timeout = check_positive("timeout", timeout)
     check_choice("start_method", start_method, START_METHODS)
     if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
@@ -93,7 +74,8 @@ def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="au
     except OSError as err:  # only a bad $SIMLAB_MASTER_ADDR gets here: name it
         raise ValueError(f"SIMLAB_MASTER_ADDR={host!r}: cannot listen there ({err.strerror or err})") from None
     port = sock.getsockname()[1]
-    setup = dict(backend=backend, host=host, port=port, timeout=timeout, gloo_ifname=_gloo_interface(host), gpus=gpus)
+    setup = dict(backend=backend, host=host, port=port, timeout=timeout, gpus=gpus,
+                 gloo_ifname=launch_device.gloo_interface(host))
     stacks = tempfile.mkdtemp(prefix="simlab-launch-")  # where a hung rank dumps its stack when asked
     stack_files = [os.path.join(stacks, f"rank{rank}.stack") for rank in range(world_size)]
     procs, conns, store, ok = [], [], None, False
@@ -147,28 +129,6 @@ def _check_picklable(fn, method):
         raise TypeError(f"fn={name}: start_method={method!r} pickles the function to send it to each rank, "
                         f"and this one cannot be pickled ({reason}): define it at the top level of a module "
                         f"(a .py file), not inside another function or in a notebook")
-
-
-def _gloo_interface(host):
-    """The loopback interface ('lo') when the rendezvous is on this machine, else None. gloo listens not where
-    the store does but where this machine's *hostname* resolves to, often a LAN address: every course run
-    would be open to the network. A GLOO_SOCKET_IFNAME you set yourself is left alone."""
-    if "GLOO_SOCKET_IFNAME" in os.environ:
-        return None
-    try:
-        if not all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None)):
-            return None
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            for _, name in socket.if_nameindex():
-                try:  # SIOCGIFADDR: the interface's IPv4 address, in bytes 20-23 of the answer
-                    address = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()))[20:24]
-                except OSError:  # no IPv4 address
-                    continue
-                if ipaddress.ip_address(address).is_loopback:
-                    return name
-    except (OSError, ValueError):  # not Linux-like, or an unresolvable host: leave gloo's choice alone
-        pass
-    return None
 
 
 def _pick_start_method(start_method: str) -> str:

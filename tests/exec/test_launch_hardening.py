@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 import simlab.exec.launch as L
+import simlab.exec.launch_device as D
 from simlab.exec.launch import LaunchTimeout, WorkerError, launch
 
 REPO = pathlib.Path(L.__file__).resolve().parents[2]
@@ -62,6 +63,7 @@ for flags in (0x04000000, 0x04000000 | 0x10000000):  # CLONE_NEWUTS; with CLONE_
 
 import torch, torch.distributed as dist
 import simlab.exec.launch as L
+import simlab.exec.launch_device as D
 
 def listening(pid):
     """Addresses of the TCP sockets process `pid` listens on, from /proc/<pid>/fd and /proc/net/tcp{,6}."""
@@ -90,7 +92,7 @@ def fn(rank, world_size):
     return listening(os.getpid())
 
 pinned = L.launch(fn, 2)
-L._gloo_interface = lambda host: None  # what gloo does when left alone: the check must see the LAN here
+D.gloo_interface = lambda host: None  # what gloo does when left alone: the check must see the LAN here
 unpinned = L.launch(fn, 2)
 print(json.dumps(dict(lan=lan, renamed=renamed, hostname=socket.gethostname(), pinned=pinned, unpinned=unpinned)))
 '''
@@ -118,12 +120,12 @@ def test_gloo_listens_on_loopback_only(tmp_path):
 
 def test_gloo_interface_is_loopback_unless_the_user_chose(monkeypatch):
     monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
-    name = L._gloo_interface("127.0.0.1")
+    name = D.gloo_interface("127.0.0.1")
     assert name in [n for _, n in socket.if_nameindex()]  # a real interface of this machine ('lo')
-    assert L._gloo_interface("localhost") == name
-    assert L._gloo_interface("192.0.2.1") is None  # a rendezvous elsewhere (multi-host): gloo's own choice
+    assert D.gloo_interface("localhost") == name
+    assert D.gloo_interface("192.0.2.1") is None  # a rendezvous elsewhere (multi-host): gloo's own choice
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", name)
-    assert L._gloo_interface("127.0.0.1") is None  # yours wins, and the workers keep it
+    assert D.gloo_interface("127.0.0.1") is None  # yours wins, and the workers keep it
     assert launch(lambda rank, ws: os.environ["GLOO_SOCKET_IFNAME"], 2, timeout=30) == [name, name]
 
 

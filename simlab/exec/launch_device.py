@@ -1,0 +1,79 @@
+"""Which backend and which device a rank uses, and which network interface gloo listens on.
+
+- `resolve_backend`: "auto" is NCCL with one GPU per rank, else gloo; a backend the machine cannot run is
+  refused before any process starts.
+- `device()`: inside a rank, where its tensors go: its own GPU under NCCL, else the CPU — unless
+  SIMLAB_DEVICE=cuda puts gloo ranks on GPUs too (`gpus_for`: rank r on GPU r mod GPUs, so several ranks
+  may share one; gloo moves CUDA tensors in its collectives, not in send/recv: tools/gpu_check.py).
+- `gloo_interface`: keep gloo on loopback when the rendezvous is on this machine.
+"""
+from __future__ import annotations
+
+import fcntl
+import ipaddress
+import os
+import socket
+import struct
+
+import torch
+import torch.distributed as dist
+
+from simlab._checks import check_choice, check_int
+
+BACKENDS = ("auto", "gloo", "nccl")
+DEVICES = ("cpu", "cuda")  # what SIMLAB_DEVICE may say
+
+
+def resolve_backend(backend: str, world_size: int) -> str:
+    """'auto' → 'nccl' with one GPU per rank, else 'gloo'. Raises ValueError before anything starts."""
+    check_choice("backend", backend, BACKENDS)
+    check_int("world_size", world_size, 1)
+    gpus = torch.cuda.device_count()  # asks NVML; is_available() would init CUDA and poison later forks
+    if backend == "auto":
+        return "nccl" if gpus >= world_size else "gloo"
+    if backend == "nccl" and gpus < world_size:
+        raise ValueError(f"backend='nccl': needs one GPU per rank, {world_size} for world_size={world_size}; "
+                         f"found {gpus}")
+    return backend
+
+
+def device() -> torch.device:
+    """Where this rank should put its tensors: its own GPU under NCCL, else the CPU — unless SIMLAB_DEVICE=cuda
+    puts any backend's ranks on GPUs (launch: rank r on GPU r mod GPUs; gloo ranks may share one, NCCL's may not;
+    gloo moves CUDA tensors in its collectives, not in send/recv: tools/gpu_check.py). Every engine takes
+    its device from its tensors or a `device=` argument; the parity runs pass this one."""
+    if dist.is_initialized() and (dist.get_backend() == "nccl" or os.environ.get("SIMLAB_DEVICE") == "cuda"):
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def gpus_for(backend: str) -> int:
+    """GPUs the ranks are spread over: all of them under NCCL or SIMLAB_DEVICE=cuda, else 0 (the CPU).
+    Checked in the parent, before any process starts."""
+    wanted = check_choice("SIMLAB_DEVICE", os.environ.get("SIMLAB_DEVICE") or "cpu", DEVICES)
+    gpus = torch.cuda.device_count() if backend == "nccl" or wanted == "cuda" else 0
+    if wanted == "cuda" and not gpus:
+        raise ValueError("SIMLAB_DEVICE=cuda: this machine has no CUDA GPU (unset it to run on the CPU)")
+    return gpus
+
+
+def gloo_interface(host: str) -> str | None:
+    """The loopback interface ('lo') when the rendezvous is on this machine, else None. gloo listens not where
+    the store does but where this machine's *hostname* resolves to, often a LAN address: every course run
+    would be open to the network. A GLOO_SOCKET_IFNAME you set yourself is left alone."""
+    if "GLOO_SOCKET_IFNAME" in os.environ:
+        return None
+    try:
+        if not all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None)):
+            return None
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            for _, name in socket.if_nameindex():
+                try:  # SIOCGIFADDR: the interface's IPv4 address, in bytes 20-23 of the answer
+                    address = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()))[20:24]
+                except OSError:  # no IPv4 address
+                    continue
+                if ipaddress.ip_address(address).is_loopback:
+                    return name
+    except (OSError, ValueError):  # not Linux-like, or an unresolvable host: leave gloo's choice alone
+        pass
+    return None
