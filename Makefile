@@ -3,10 +3,10 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 # tools/setup_torch.py picks the build: the CPU one from PyTorch's CPU index on Linux without an NVIDIA GPU
-# (PyPI's Linux wheel is the multi-GB CUDA build), PyPI's wheel on macOS and Windows, any CUDA build >= 2.4
+# (PyPI's Linux wheel is the multi-GB CUDA build), PyPI's wheel on macOS and Windows, any CUDA build >= 2.6
 # where `nvidia-smi -L` finds a GPU.
 TORCH_CPU ?= torch==2.13.0
-TORCH_GPU ?= torch>=2.4
+TORCH_GPU ?= torch>=2.6
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
 # Flags for `jupyter lab`, e.g. make lab LAB_ARGS="--no-browser --ip=0.0.0.0 --port=8888"
 LAB_ARGS ?=
@@ -38,12 +38,17 @@ lab: setup
 work-reset:
 	@$(PYTHON) tools/learner_copy.py --reset "$(LESSON)"
 
+# -n: one pytest worker per core, at most 4 (each real run starts up to 8 processes of its own); loadfile: a
+# file's tests, and a notebook's cells, stay on one worker in order. The notebooks go first: they are the longest.
+PARALLEL := -n auto --maxprocesses=4 --dist loadfile
+
 test: setup
-	$(BIN)/python -m pytest $(TEST_PATHS) $(NBVAL_PATHS) --nbval -p no:cacheprovider
+	$(BIN)/ruff check
+	$(BIN)/python -m pytest $(NBVAL_PATHS) $(TEST_PATHS) --nbval -p no:cacheprovider $(PARALLEL)
 
 # every case of the sweeps that `make test` samples (tests/sampling.py: a seed per day, edge cases always)
 test-full: setup
-	SIMLAB_TEST_FULL=1 $(BIN)/python -m pytest $(TEST_PATHS) $(NBVAL_PATHS) --nbval -p no:cacheprovider
+	SIMLAB_TEST_FULL=1 $(BIN)/python -m pytest $(NBVAL_PATHS) $(TEST_PATHS) --nbval -p no:cacheprovider $(PARALLEL)
 
 test-fast: setup
 	$(BIN)/python -m pytest $(TEST_PATHS) -x -q -m "not slow"

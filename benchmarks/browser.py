@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from _common import load_warning  # noqa: E402 — after sys.path gains benchmarks/
+
 from browser_tests.lab import chromium, lessons, new_page, running_lab  # noqa: E402 — after sys.path gains benchmarks/
 from browser_tests.notebook import Notebook  # noqa: E402 — after sys.path gains benchmarks/
 

@@ -11,7 +11,7 @@ ratios, and how much all-reduce time per step ran hidden behind backward vs expo
     .venv/bin/python benchmarks/data_parallel.py --bucket-cap-mb 4 --steps 30 --json
 
 Same cap, not always the same buckets: torch's reducer closes a bucket once it *reaches* the cap,
-ours (`simlab.sim.buckets`) never exceed it — at 4M params and 4 MB: torch 2 buckets, ours 4. The
+ours (`simlab.sim.data_parallel_buckets`) never exceed it — at 4M params and 4 MB: torch 2 buckets, ours 4. The
 header shows both; `--torch-bucket-cap-mb` lets you match the layouts (ours 8 MB vs torch 4 MB).
 
 A step's time is the slowest rank's (the step is done when the last rank is). The contenders take
@@ -30,14 +30,13 @@ import time
 from pathlib import Path
 
 import torch
-from _common import count, load_warning, paired_quartiles  # benchmarks/ is on sys.path when run as a script
 import torch.distributed as dist
+from _common import count, load_warning, paired_quartiles  # benchmarks/ is on sys.path when run as a script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from simlab.exec.data_parallel import BucketedDDP  # noqa: E402 — after sys.path gains the checkout
 from simlab.exec.launch import launch  # noqa: E402 — after sys.path gains the checkout
-from simlab.exec.models import (  # noqa: E402 — after sys.path gains the checkout
-    loss_fn, make_batch, make_mlp, mlp_sizes, num_params, shard)
+from simlab.exec.models import loss_fn, make_batch, make_mlp, mlp_sizes, num_params, shard  # noqa: E402 — after sys.path gains the checkout
 
 CONTENDERS = ("ours-ring", "ours-ring-counted", "ours-torch-ar", "torch-ddp")
 OURS = CONTENDERS[:3]

@@ -1,7 +1,7 @@
 """How fast are our pipeline schedules next to torch.distributed.pipelining's own?
 
 Section "schedule": interleaved 1F1B with p=32 ranks, m=256 micro-batches, v=4 chunks (65,536 actions).
-  ours          simlab.sim.schedules.interleaved + simlab.sim.pipeline.simulate: every rank's order AND its
+  ours          simlab.sim.pipeline_schedules.interleaved + simlab.sim.pipeline.simulate: every rank's order AND its
                 timed trace (one Event per action)
   torch         ScheduleInterleaved1F1B(stages, 256): the constructor builds `pipeline_order` for all 32
                 ranks and lowers it with send/recv actions — what a torch user pays to get the schedule
@@ -34,13 +34,13 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-from torch import nn
 from _common import load_warning  # benchmarks/ is on sys.path when run as a script
+from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from simlab.plan import Action  # noqa: E402 — after sys.path gains the checkout
 from simlab.sim.pipeline import simulate  # noqa: E402 — after sys.path gains the checkout
-from simlab.sim.schedules import interleaved  # noqa: E402 — after sys.path gains the checkout
+from simlab.sim.pipeline_schedules import interleaved  # noqa: E402 — after sys.path gains the checkout
 
 TARGET = 3.0  # ours must be at least this many times faster than torch's constructor
 

@@ -33,9 +33,8 @@ from _common import load_warning, paired_quartiles  # benchmarks/ is on sys.path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from simlab.exec.launch import launch  # noqa: E402 — after sys.path gains the checkout
-from simlab.exec.tensor_parallel import (  # noqa: E402 — after sys.path gains the checkout
-    ParallelMLP, ParallelSelfAttention)
 from simlab.exec.models import make_block, make_input  # noqa: E402 — after sys.path gains the checkout
+from simlab.exec.tensor_parallel import ParallelMLP, ParallelSelfAttention  # noqa: E402 — after sys.path gains the checkout
 from simlab.parity.tensor_parallel import torch_plan  # noqa: E402 — after sys.path gains the checkout
 
 CONTENDERS = ("ours", "torch-dtensor")

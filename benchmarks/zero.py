@@ -15,7 +15,8 @@ Prints the median step time (zero_grad, forward, backward, optimizer step), the 
 
 A step's time is the slowest rank's (the step is done when the last rank is); a barrier starts every
 step. Each peer group (ZeRO-3 and FSDP2; ZeRO-1/2 and ZeroRedundancyOptimizer) runs in its own launch,
-its contenders taking turns step by step in rotating order, so drift on a busy machine hits them alike. Timings need a quiet machine: the script prints the 1-min load average and warns above 1.5.
+its contenders taking turns step by step in rotating order, so drift on a busy machine hits them alike.
+Timings need a quiet machine: the script prints the 1-min load average and warns above 1.5.
 """
 from __future__ import annotations
 
@@ -29,14 +30,13 @@ import time
 from pathlib import Path
 
 import torch
-from _common import count, load_warning, paired_quartiles  # benchmarks/ is on sys.path when run as a script
 import torch.distributed as dist
+from _common import count, load_warning, paired_quartiles  # benchmarks/ is on sys.path when run as a script
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 from simlab.exec.launch import launch  # noqa: E402 — after sys.path gains the checkout
-from simlab.exec.models import (  # noqa: E402 — after sys.path gains the checkout
-    loss_fn, make_batch, make_mlp, mlp_sizes, num_params, shard)
+from simlab.exec.models import loss_fn, make_batch, make_mlp, mlp_sizes, num_params, shard  # noqa: E402 — after sys.path gains the checkout
 from simlab.exec.zero import ZeroAdam  # noqa: E402 — after sys.path gains the checkout
 
 CONTENDERS = ("ours-z3", "torch-fsdp2", "ours-z1", "torch-zero1", "ours-z2", "ours-z2-offload", "ours-z3-offload")

@@ -3,10 +3,17 @@
 Light to import: the simulator needs only numpy; names from the torch executor load on first use.
 """
 from .plan import Action, CollectivePlan, Transfer, split_sizes
-from .sim.collectives import (make_inputs, make_plan, naive_all_reduce, ring_all_gather,
-                              ring_all_reduce, ring_reduce_scatter, tree_broadcast)
+from .sim.collectives import (
+    make_inputs,
+    make_plan,
+    naive_all_reduce,
+    ring_all_gather,
+    ring_all_reduce,
+    ring_reduce_scatter,
+    tree_broadcast,
+)
+from .sim.collectives_stepper import PlanError, simulate
 from .sim.cost import alpha_beta
-from .sim.stepper import PlanError, simulate
 from .trace import Event, Trace
 
 __version__ = "0.2.0"

@@ -1,10 +1,11 @@
 """The language simlab prints in: English, or Chinese with `set_language("zh")` or `SIMLAB_LANG=zh`.
 
 Text the package shows a learner — figure titles, widget labels, the text tables nbval compares, grader
-lines — goes through `_()`, Python's stdlib gettext. The catalog is `simlab/locale/<lang>/LC_MESSAGES/simlab.po`
-and is compiled to gettext's binary .mo form **in memory** on first use (`mo_bytes`): no binary file sits
-in git to drift from its source, an editable install needs no build step, and the .po stays the one file a
-translator edits (Poedit and msgfmt read it as usual). An English message with no entry prints as English.
+lines — goes through `_()`, Python's stdlib gettext. The catalogs are `simlab/locale/<lang>/LC_MESSAGES/*.po`,
+one per lesson stem (collectives.po … hybrid.po) and the widget toolkit's (controls.po), merged and compiled to
+gettext's binary .mo form **in memory** on first use (`mo_bytes`): no binary file sits in git to drift from its
+source, an editable install needs no build step, and the .po files stay what a translator edits (Poedit and
+msgfmt read them as usual). An English message with no entry prints as English.
 
 Messages are format templates with named fields, `_("{n} plans evaluated").format(n=…)`, so a translation
 may reorder them; `tests/test_i18n.py` checks every marked message has a translation with the same fields.
@@ -79,7 +80,7 @@ def catalog(lang: str) -> gettext.NullTranslations:
 
 
 def po_paths(lang: str) -> list[Path]:
-    """simlab.po (the shared header and lesson 6) and one <lesson>.po per lesson, merged into one catalog."""
+    """One <lesson>.po per lesson stem and controls.po (the toolkit's), merged into one catalog (`entries`)."""
     return sorted((LOCALE_DIR / lang / "LC_MESSAGES").glob("*.po"))
 
 

@@ -2,10 +2,10 @@
 code name it cites in backticks exists, and its table of what each layer may import is exactly what
 tests/test_layers.py enforces (the i18n rule and the 300-line limit included).
 
-What counts as a code name in backticks: a dotted name (`simlab.x.y`, `sim.stepper.simulate`, a module stem then
-its attribute, `Class.method`) is resolved by importing it; a bare name (`Recorder`, `check_int`, `signature()`)
-must be a name simlab (or its tools, benchmarks and browser tests) defines or uses, or one of torch's or the
-standard library's. A path (`tests/…`, `tools/…`, `sim/cost.py`, a bare `test_x.py`) must exist. Commands,
+What counts as a code name in backticks: a dotted name (`simlab.x.y`, `sim.collectives_stepper.simulate`, a module
+stem then its attribute, `Class.method`) is resolved by importing it; a bare name (`Recorder`, `check_int`,
+`signature()`) must be a name simlab (or its tools, benchmarks and browser tests) defines or uses, or one of torch's
+or the standard library's. A path (`tests/…`, `tools/…`, `sim/cost.py`, a bare `test_x.py`) must exist. Commands,
 flags, snippets with spaces and names of other projects' files are not checked; `ALLOWED` lists the few names
 from elsewhere, each with its reason.
 """
@@ -274,7 +274,7 @@ def test_the_citations_are_read():
     ("`sim/nowhere.py`", "no such path: sim/nowhere.py"),
     ("`test_no_such_test.py`", "no such path: test_no_such_test.py"),
     ("`simlab.sim.collectives.ring_all_reduce_v2`", "no such name: simlab.sim.collectives.ring_all_reduce_v2"),
-    ("`stepper.simulate_everything`", "no such name: stepper.simulate_everything"),
+    ("`collectives_stepper.simulate_everything`", "no such name: collectives_stepper.simulate_everything"),
     ("`zero.ZeroAdam.no_such_method()`", "no such name: zero.ZeroAdam.no_such_method()"),
     ("`Trace.no_such_method()`", "no such name: Trace.no_such_method()"),
     ("`frobnicate_the_plan()`", "no such name: frobnicate_the_plan()"),

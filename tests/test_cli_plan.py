@@ -149,6 +149,6 @@ def test_a_huge_batch_is_searched_through_its_divisors_not_a_loop_to_it(capsys):
     assert out["plans_evaluated"] > 0
 
 
-def test_run_3d_refuses_zero_chunks(rejected):
-    rejected(["run", "3d", "--dp", "1", "--pp", "2", "--tp", "1", "--schedule", "interleaved", "--chunks", "0"],
+def test_run_hybrid_refuses_zero_chunks(rejected):
+    rejected(["run", "hybrid", "--dp", "1", "--pp", "2", "--tp", "1", "--schedule", "interleaved", "--chunks", "0"],
              "--chunks=0: must be >= 1")

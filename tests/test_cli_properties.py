@@ -151,19 +151,19 @@ def test_no_command_line_gets_a_traceback_a_hang_or_loose_json(stubbed, argv):
     (["schedule", "1f1b", "--stages", "4000", "--microbatches", "4000"], "--stages"),
     (["plan", "--model", "gpt3-175b", "--inter-node-gbps", "inf"], "--inter-node-gbps"),
     (["plan", "--model", "gpt3-175b", "--gpus", "4611686018427387904", "--global-batch", "64"], "--gpus"),
-    (["run", "3d", "--dp", "2", "--microbatches", "1000000000000"], "--microbatches"),
+    (["run", "hybrid", "--dp", "2", "--microbatches", "1000000000000"], "--microbatches"),
     (["run", "ddp", "--global-batch", "1000000000000"], "--global-batch"),
     (["run", "pp", "--global-batch", "1000000000"], "--global-batch"),  # found by the property test in CI
     (["run", "dp", "--steps", "4611686018427387904"], "--steps"), (["run", "zero3", "--steps", "100000"], "--steps"),
-    (["run", "3d", "--dp", "2", "--steps", "100000"], "--steps"), (["run", "tp", "--world-size", "1000"],
-                                                                            "--world-size"),
+    (["run", "hybrid", "--dp", "2", "--steps", "100000"], "--steps"),
+    (["run", "tp", "--world-size", "1000"], "--world-size"),
     (["run", "ddp", "--timeout", "0"], "--timeout"), (["run", "ddp", "--timeout", "nan"], "--timeout"),
     (["run", "ddp", "--timeout", "inf"], "--timeout"), (["run", "ddp", "--seed", "-1"], "--seed"),
     (["run", "allreduce", "--seed", "-1"], "--seed"), (["run", "ddp", "--bucket-cap-mb", "inf"], "--bucket-cap-mb"),
     (["run", "tp", "--block", "attention", "--hidden", "100000"], "--hidden"),
     (["run", "tp", "--hidden", "100000", "--ffn", "100000"], "--hidden"),
     (["run", "ring-all-reduce", "--size", "100000000000"], "--size"),
-    (["run", "3d", "--dp", "2", "--hidden", "100000", "--heads", "2"], "--hidden"),
+    (["run", "hybrid", "--dp", "2", "--hidden", "100000", "--heads", "2"], "--hidden"),
     (["run", "dp", "--backend", "nccl"], "--backend"), (["run", "zero1", "--backend", "mpi"], "--backend"),
     (["calibrate", "--timeout", "-1"], "--timeout"), (["calibrate", "--repeats", "0"], "--repeats"),
 ])
@@ -186,7 +186,7 @@ def test_json_is_strict_everywhere_it_is_offered():
         assert isinstance(_strict(out), dict)
 
 
-@pytest.mark.parametrize("argv", [["run", "allreduce"], ["calibrate"], ["run", "3d", "--dp", "2"]])
+@pytest.mark.parametrize("argv", [["run", "allreduce"], ["calibrate"], ["run", "hybrid", "--dp", "2"]])
 def test_a_bad_world_size_from_torchrun_names_the_variable(stubbed, monkeypatch, argv):
     monkeypatch.setenv("WORLD_SIZE", "abc")
     code, out, err = run_cli(argv)

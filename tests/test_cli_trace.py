@@ -6,7 +6,7 @@ import pytest
 from simlab.cli import build_parser, main
 
 TARGETS = ["ring-all-reduce", "ring-all-gather", "ring-reduce-scatter", "tree-broadcast", "naive-all-reduce",
-           "dp", "ddp", "zero1", "zero2", "zero3", "offload", "pp", "tp", "3d"]
+           "dp", "ddp", "zero1", "zero2", "zero3", "offload", "pp", "tp", "hybrid"]
 
 
 def _run_targets():

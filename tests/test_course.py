@@ -88,7 +88,7 @@ def test_grader_lets_the_stub_error_through():
 
 def test_bucketing_grader_accepts_the_reference_and_rejects_mistakes(capsys):
     from simlab.grading.data_parallel import check_bucketing
-    from simlab.sim.buckets import BucketReadiness, assign_buckets
+    from simlab.sim.data_parallel_buckets import BucketReadiness, assign_buckets
 
     check_bucketing(assign_buckets, BucketReadiness)
     assert capsys.readouterr().out.startswith("DDP bucketing: ✓ 20 model/cap cases")

@@ -266,7 +266,7 @@ def chinese_texts():
             comments = entry.get("comments") or {}
             out.append((f"{path.name}:{cell_id}", ours + "\n".join(comments.values()),
                         english.get(cell_id, "") if ours else "\n".join(comments)))
-    out += [(f"simlab.po: {k[:40]!r}", v, k) for k, v in zh_catalog().items() if k]
+    out += [(f"locale/zh: {k[:40]!r}", v, k) for k, v in zh_catalog().items() if k]
     return out
 
 

@@ -8,10 +8,10 @@ import pytest
 from simlab import i18n
 from simlab.grading.collectives import check_bytes_prediction, check_ring_all_gather
 from simlab.render.collectives import player_figure, real_run_text, ring_lab, step_player, verdict_html
-from simlab.render.mpl import draw_bytes, ring_legend_handles, ring_title
-from simlab.render.text import header, phase_name, step_text, transfer_line
+from simlab.render.collectives_figures import draw_bytes, ring_legend_handles, ring_title
+from simlab.render.collectives_text import header, phase_name, step_text, transfer_line
 from simlab.sim.collectives import naive_all_reduce, ring_all_gather, ring_all_reduce, tree_broadcast
-from simlab.sim.stepper import simulate
+from simlab.sim.collectives_stepper import simulate
 
 
 @pytest.fixture(autouse=True)

@@ -24,7 +24,8 @@ import build_zh  # noqa: E402 — after sys.path gains tests/
 import make_exercises  # noqa: E402 — after sys.path gains tests/
 import test_i18n  # noqa: E402 — after sys.path gains tests/
 
-MODULES = ("simlab/render/timeline.py", "simlab/render/data_parallel.py", "simlab/grading/data_parallel.py")
+MODULES = ("simlab/render/data_parallel_timeline.py", "simlab/render/data_parallel.py",
+           "simlab/grading/data_parallel.py")
 PO = ROOT / "simlab/locale/zh/LC_MESSAGES/data_parallel.po"
 FILES = [ROOT / "i18n/zh/notebooks/02_data_parallel.yaml", ROOT / "i18n/zh/solutions/02_data_parallel.yaml"]
 
@@ -123,7 +124,7 @@ def test_lesson_2_renders_each_glossary_term_one_way():
 # ---- what the package prints, in Chinese ---------------------------------------------------------------------
 
 def test_chinese_text_timeline_lines_up_like_the_english_one(zh):
-    from simlab.render.timeline import lanes_text
+    from simlab.render.data_parallel_timeline import lanes_text
     from simlab.sim.data_parallel import simulate_ddp, simulate_dp, workload_from_layers
     for result in (simulate_dp(workload_from_layers()), simulate_ddp(workload_from_layers())):
         lines = lanes_text(result.trace, 4, width=60).splitlines()
@@ -137,7 +138,7 @@ def test_chinese_text_timeline_lines_up_like_the_english_one(zh):
 
 
 def test_bar_labels_are_translated_and_measured_in_display_columns(zh):
-    from simlab.render.timeline import _label, _shown_name
+    from simlab.render.data_parallel_timeline import _label, _shown_name
     from simlab.trace import Event
     assert _shown_name("bwd L3") == "反向 L3" and _shown_name("all-reduce b2") == "全归约 b2"
     assert _shown_name("reduce grads") == "归约梯度" and _shown_name("bwd fc1.weight") == "反向 fc1.weight"
@@ -149,7 +150,7 @@ def test_bar_labels_are_translated_and_measured_in_display_columns(zh):
 
 
 def test_the_dp_ddp_figure_draws_chinese_without_missing_glyphs(zh):
-    from simlab.render.timeline import draw_dp_vs_ddp
+    from simlab.render.data_parallel_timeline import draw_dp_vs_ddp
     from simlab.sim.data_parallel import simulate_ddp, simulate_dp, workload_from_layers
     w = workload_from_layers()
     with warnings.catch_warnings(record=True) as caught:
@@ -194,7 +195,7 @@ def test_the_real_run_readout_in_chinese():
 
 def test_graders_name_the_same_mistakes_in_chinese(zh, capsys):
     from simlab.grading.data_parallel import check_bucketing, check_ddp_prediction
-    from simlab.sim.buckets import BucketReadiness
+    from simlab.sim.data_parallel_buckets import BucketReadiness
 
     def forwards(sizes, cap):  # packs first to last: the order mistake
         buckets, current, used = [], [], 0

@@ -14,14 +14,19 @@ matplotlib.use("Agg")
 
 from simlab import i18n  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.grading.pipeline import (  # noqa: E402 — after matplotlib.use("Agg")
-    BROKEN_ONE_F_ONE_B, PREDICT_MICROBATCHES, PREDICT_STAGES,
-    _first_difference, check_one_f_one_b, check_peak_prediction,
-    check_repaired_schedule)
+    BROKEN_ONE_F_ONE_B,
+    PREDICT_MICROBATCHES,
+    PREDICT_STAGES,
+    _first_difference,
+    check_one_f_one_b,
+    check_peak_prediction,
+    check_repaired_schedule,
+)
 from simlab.plan import Action  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render import pipeline_widgets as PW  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.pipeline import draw_gantt, draw_sim_vs_real, gantt_text  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.pipeline import draw_gantt, draw_gantt_sim_vs_real, gantt_text  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.pipeline import explore, peak_activations, simulate  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.sim.schedules import gpipe, make_schedule, one_f_one_b  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.pipeline_schedules import gpipe, make_schedule, one_f_one_b  # noqa: E402 — after matplotlib.use("Agg")
 
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
@@ -90,7 +95,7 @@ def test_the_gantt_figures_legend_and_axis_in_chinese():
     assert ax.get_xlabel() == "时间"  # model time units: no unit to name
     assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0", "rank 1", "rank 2", "rank 3"]
     seconds = simulate(make_schedule("gpipe", 2, 2), t_f=0.001, t_b=0.002)
-    top, bottom = draw_sim_vs_real(seconds, seconds, 2).axes[:2]
+    top, bottom = draw_gantt_sim_vs_real(seconds, seconds, 2).axes[:2]
     assert (top.get_title(loc="left"), bottom.get_title(loc="left")) == ("模拟", "真实运行")
     assert bottom.get_xlabel() == "时间（ms）"
 
@@ -212,7 +217,7 @@ def test_a_valid_1f1b_in_another_order_is_told_where_megatrons_differs_in_chines
     cases = [(swapped, "rank 1 的第 2 步是 1B0，Megatron 的 1F1B 在这一步运行 1F2"),
              (shorter, "rank 3 有 15 个动作，应当是 16 个"), (want[:3], "3 个 rank，应当是 4 个")]
     for got, chinese in cases:
-        english, said = in_both(lambda: _first_difference(got, want))
+        english, said = in_both(lambda got=got: _first_difference(got, want))
         assert said == chinese and numbers(said) == numbers(english)
 
 

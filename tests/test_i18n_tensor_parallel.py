@@ -18,14 +18,10 @@ import pytest
 matplotlib.use("Agg")
 
 from simlab import i18n  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.grading.tensor_parallel import (  # noqa: E402 — after matplotlib.use("Agg")
-    MLP_RUN, check_forward_bytes, check_split_choice)
-from simlab.render.tensor_parallel import (  # noqa: E402 — after matplotlib.use("Agg")
-    COUNTS, count_of, draw_split, draw_tp_steps, shown)
-from simlab.render.tensor_parallel_widgets import (  # noqa: E402 — after matplotlib.use("Agg")
-    mlp_explorer, mlp_split_frame, step_frame, steps_text)
-from simlab.sim.tensor_parallel import (  # noqa: E402 — after matplotlib.use("Agg")
-    COMBINE, KINDS, block_steps, split_linear)
+from simlab.grading.tensor_parallel import MLP_RUN, check_forward_bytes, check_split_choice  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.tensor_parallel import COUNTS, count_of, draw_split, draw_tp_steps, shown  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.tensor_parallel_widgets import mlp_explorer, mlp_split_frame, step_frame, steps_text  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.tensor_parallel import COMBINE, KINDS, block_steps, split_linear  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.tensor_parallel_choices import SYNCS  # noqa: E402 — after matplotlib.use("Agg")
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -48,7 +48,10 @@ ONLY_IN = {"gettext": ("i18n", "every string goes through simlab.i18n's _()")}
 TOP_MAY_IMPORT = {"base", "sim"}  # simlab/__init__.py: at module level only
 
 
-def load_sources(root=Path(__file__).resolve().parents[1]):
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_sources(root=ROOT):
     """{dotted module name: source} for every simlab/**/*.py under `root`."""
     sources = {}
     for path in sorted(Path(root, "simlab").rglob("*.py")):
@@ -182,7 +185,7 @@ def test_imports_resolves_relative_lazy_and_submodule_imports():
     modules = {"simlab", "simlab.sim", "simlab.sim.cost", "simlab.exec", "simlab.exec.launch", "simlab.plan"}
     code = ("from . import cost, simulate\nfrom ..exec import launch as L\nimport torch.nn\n"
             "from simlab.plan import Action\ndef f():\n    if True:\n        from .. import exec\n")
-    assert imports("simlab.sim.stepper", code, modules) == [
+    assert imports("simlab.sim.collectives_stepper", code, modules) == [
         ("simlab.sim.cost", False), ("simlab.sim", False), ("simlab.exec.launch", False),
         ("torch.nn", False), ("simlab.plan", False), ("simlab.exec", True)]
     assert imports("simlab.sim", "from . import cost\nfrom .cost import x", modules) == [
@@ -213,15 +216,16 @@ CASES = {
     "sim_in_base": ("base", "simlab.plan", ("sim", "simlab.sim.cost"), "{rel}", "base imports only base"),
     "exec_in_sim": ("sim", "simlab.sim.cost", ("exec", "simlab.exec.launch"), "import {t}",
                     "sim/ must not import exec/"),
-    "render_in_exec": ("exec", "simlab.exec.collectives", ("render", "simlab.render.text"), "{absolute}",
+    "render_in_exec": ("exec", "simlab.exec.collectives", ("render", "simlab.render.style"), "{absolute}",
                        "exec/ must not import render/"),
     "lazy_widgets_in_exec": ("exec", "simlab.exec.launch", "ipywidgets", "def f():\n    import ipywidgets",
                              "exec/ does not draw"),
-    "render_in_parity": ("parity", "simlab.parity.pipeline", ("render", "simlab.render.mpl"), "{absolute}",
-                         "parity/ must not import render/"),
-    "lazy_exec_in_render": ("render", "simlab.render.timeline", ("exec", "simlab.exec.launch"),
+    "render_in_parity": ("parity", "simlab.parity.pipeline", ("render", "simlab.render.collectives_figures"),
+                         "{absolute}", "parity/ must not import render/"),
+    "lazy_exec_in_render": ("render", "simlab.render.data_parallel_timeline", ("exec", "simlab.exec.launch"),
                             "def run():\n    if 1:\n        {rel}", "render/ must not import exec/"),
-    "torch_in_render": ("render", "simlab.render.text", "torch", "from torch import nn", "render/ draws without torch"),
+    "torch_in_render": ("render", "simlab.render.style", "torch", "from torch import nn",
+                        "render/ draws without torch"),
     "exec_in_top": ("top", "simlab", ("exec", "simlab.exec.launch"), "{rel}",
                     "simlab/__init__ imports only base and sim"),
     "lazy_sim_in_top": ("top", "simlab", ("sim", "simlab.sim.cost"), "def late():\n    {rel}",
@@ -232,7 +236,7 @@ CASES = {
     "eager_matplotlib_in_i18n": ("i18n", "simlab.i18n", "matplotlib", "import matplotlib",
                                  "i18n loads matplotlib only for Chinese figures: inside a function"),
     "i18n_in_base": ("base", "simlab.plan", ("i18n", "simlab.i18n"), "{rel}", "base imports only base"),
-    "gettext_in_render": ("render", "simlab.render.text", "gettext", "import gettext",
+    "gettext_in_render": ("render", "simlab.render.style", "gettext", "import gettext",
                           "only simlab.i18n may: every string goes through simlab.i18n's _()"),
     "lazy_gettext_in_sim": ("sim", "simlab.sim.cost", "gettext", "def f():\n    from gettext import gettext",
                             "only simlab.i18n may: every string goes through simlab.i18n's _()"),

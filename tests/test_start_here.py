@@ -18,6 +18,7 @@ from simlab.cli import build_parser
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import learner_copy  # noqa: E402 — after sys.path gains tools/ (what `make lab` copies into work/)
+
 LESSON = ROOT / "notebooks" / "00_start_here.ipynb"
 # the primer lives beside the developers' checkout, not in it (as in tests/sim/test_hybrid_scenarios.py)
 PRIMER = ROOT.parent / "shared" / "seed" / "primer-zh.txt"
@@ -199,7 +200,7 @@ def test_the_1f1b_numbers_printed_and_quoted_are_the_closed_forms():
 
 def test_the_ring_steps_printed_and_quoted_are_the_closed_forms():
     from simlab.sim.collectives import ring_all_reduce
-    from simlab.sim.stepper import simulate
+    from simlab.sim.collectives_stepper import simulate
     args = _call_args(find_cell("l0-ring").source, "ring_all_reduce")
     n, numel = int(args["world_size"]), int(args["numel"])
     steps = 2 * (n - 1)  # n − 1 reduce-scatter steps, then n − 1 all-gather steps

@@ -58,10 +58,10 @@ each (DDP with our ring, the pipeline 1F1B), ZeRO's memory on real NCCL ranks; 3
 CUDA_VISIBLE_DEVICES=0 runs the one-GPU plan on such a machine. On the CPU (--device cpu) the plan is the one-GPU
 plan with gloo for nccl, the CPU for cuda:0, tiny sizes, and the engines' own byte counts for CUDA's.
 
-torch: the floor is 2.4 (pyproject). This script uses nothing newer (SDPA, autocast, CUDA events and the
-allocator's counters are older) and guards what a build may lack: the fake process group (a ✗ row naming it),
-fused AdamW (falls back to the default one). The engines themselves pass group_src/group_dst to
-torch.distributed, which torch 2.6 added: below that the parity rows fail on it, and the header says so.
+torch: the floor is 2.6 (pyproject). The engines pass group_src/group_dst to torch.distributed, which torch 2.6
+added: below that the parity rows fail on it, and the header says so. This script uses nothing newer (SDPA,
+autocast, CUDA events and the allocator's counters are older) and guards what a build may lack: the fake process
+group (a ✗ row naming it), fused AdamW (falls back to the default one).
 """
 from __future__ import annotations
 
@@ -87,10 +87,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # `python tools/gpu_check.py` from anywhere: the repository is the package's home
     sys.path.insert(0, str(ROOT))
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+import torch  # noqa: E402 — after sys.path gains the repository
+import torch.distributed as dist  # noqa: E402 — after sys.path gains the repository
 
-FLOOR, GROUP_API = (2, 4), (2, 6)  # pyproject's torch floor; group_src/group_dst arrived in 2.6
+FLOOR, GROUP_API = (2, 6), (2, 6)  # pyproject's torch floor: group_src/group_dst arrived in 2.6
 BUDGET = 450.0  # seconds for everything: under 8 minutes with the parent's own start
 MARK = "@@gpu-check@@ "  # a child's result lines on stdout start with this
 TOL = {"cpu": 1e-5, "cuda": 1e-4}  # fp32 on a GPU sums in another order than the CPU reference; a bug is O(0.1)
@@ -444,7 +444,7 @@ def child_timing(mode, gpus, size):
                  attention="flash" if cuda else "eager", overlap="none")
     model_ = evaluate_plan(spec, gpu, batch, plan_)
     peak_flops = gpu.gpu.peak_flops
-    mfu = lambda s: f"MFU {100 * flops / (s * peak_flops):.0f} %"  # noqa: E731
+    mfu = lambda s: f"MFU {100 * flops / (s * peak_flops):.0f} %"  # noqa: E731 — a one-line local helper
     spread = f"{min(seconds) * 1e3:.1f}–{max(seconds) * 1e3:.1f}"
     yield row(checks[0][0], how, f"{measured * 1e3:.1f} ms/step (median of {len(seconds)}: {spread}; {mfu(measured)})",
               f"{model_['step_seconds'] * 1e3:.1f} ms ({preset}; {mfu(model_['step_seconds'])})",
@@ -510,7 +510,7 @@ def child_memory_zero(mode, gpus, size):
 
 
 def memory_3d(rank, world_size, shape, fields, steps=2):
-    """Bytes rank `rank` of a dp·pp·tp run (lesson 6's executor, as `simlab.parity.hybrid.train_3d` builds it)
+    """Bytes rank `rank` of a dp·pp·tp run (lesson 6's executor, as `simlab.parity.hybrid.train_hybrid` builds it)
     holds after `steps` steps with its pipeline's buffers released, and at its peak."""
     from simlab.exec.hybrid import DataParallelAdam, loss_for, make_chunks
     from simlab.exec.launch import device
@@ -520,7 +520,7 @@ def memory_3d(rank, world_size, shape, fields, steps=2):
     from simlab.exec.tensor_parallel import CommStats
     from simlab.sim.hybrid import Plan
     from simlab.sim.mesh import Mesh
-    from simlab.sim.schedules import make_schedule
+    from simlab.sim.pipeline_schedules import make_schedule
     plan_ = Plan(**fields)
     mesh = Mesh(pp=plan_.pp, dp=plan_.dp, tp=plan_.tp)
     groups = new_groups(mesh)
@@ -691,10 +691,10 @@ def child_pipeline(mode, gpus, size):
     p = lay["p2p"]
     (check, how), = checks.items()
     if p.ranks == 1:  # two chunks on the one rank: stages hand over on the device, no sends
-        run = lambda twin: run_pipeline("interleaved", 1, 2, chunks=2, global_batch=8, steps=2,  # noqa: E731
+        run = lambda twin: run_pipeline("interleaved", 1, 2, chunks=2, global_batch=8, steps=2,  # noqa: E731 — a one-line local helper
                                         compare_torch=twin, backend=p.backend)
     else:
-        run = lambda twin: run_pipeline("1f1b", p.ranks, 2 * p.ranks, global_batch=8 * p.ranks, steps=2,  # noqa: E731
+        run = lambda twin: run_pipeline("1f1b", p.ranks, 2 * p.ranks, global_batch=8 * p.ranks, steps=2,  # noqa: E731 — a one-line local helper
                                         compare_torch=twin, backend=p.backend)
     yield parity(check, how, run, tol, expect)
 
@@ -794,17 +794,18 @@ LAUNCHES = ("launch", "collectives", "data-parallel", "zero", "pipeline", "tenso
 
 def import_all() -> None:
     """Every module a child imports (tests check that none of them pulls in a widget or a test library)."""
-    import simlab.exec.hybrid  # noqa: F401
-    import simlab.exec.launch  # noqa: F401
-    import simlab.parity.collectives  # noqa: F401
-    import simlab.parity.data_parallel  # noqa: F401
-    import simlab.parity.hybrid  # noqa: F401
-    import simlab.parity.pipeline  # noqa: F401
-    import simlab.parity.tensor_parallel  # noqa: F401
-    import simlab.parity.zero  # noqa: F401
-    import simlab.sim.advisor  # noqa: F401
-    import simlab.sim.hybrid_memory  # noqa: F401
-    from torch.testing._internal.distributed import fake_pg  # noqa: F401
+    from torch.testing._internal.distributed import fake_pg  # noqa: F401 — imported only to see what it pulls in
+
+    import simlab.exec.hybrid  # noqa: F401 — imported only to see what it pulls in
+    import simlab.exec.launch  # noqa: F401 — imported only to see what it pulls in
+    import simlab.parity.collectives  # noqa: F401 — imported only to see what it pulls in
+    import simlab.parity.data_parallel  # noqa: F401 — imported only to see what it pulls in
+    import simlab.parity.hybrid  # noqa: F401 — imported only to see what it pulls in
+    import simlab.parity.pipeline  # noqa: F401 — imported only to see what it pulls in
+    import simlab.parity.tensor_parallel  # noqa: F401 — imported only to see what it pulls in
+    import simlab.parity.zero  # noqa: F401 — imported only to see what it pulls in
+    import simlab.sim.advisor  # noqa: F401 — imported only to see what it pulls in
+    import simlab.sim.hybrid_memory  # noqa: F401 — imported only to see what it pulls in
 
 
 def run_child(group: str, mode: str, gpus: int, size: str) -> int:

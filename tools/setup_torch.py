@@ -6,7 +6,7 @@ so set-up asks PyTorch's CPU wheel index for the CPU build instead. The choice, 
 
 | machine                              | what pip installs                                    |
 |--------------------------------------|------------------------------------------------------|
-| Linux, `nvidia-smi -L` finds a GPU   | the CUDA build from PyPI (`TORCH_GPU`, torch>=2.4)    |
+| Linux, `nvidia-smi -L` finds a GPU   | the CUDA build from PyPI (`TORCH_GPU`, torch>=2.6)    |
 | Linux, no NVIDIA GPU                 | the CPU build (`TORCH_CPU`) from PyTorch's CPU index; |
 |                                      | that index unreachable: PyPI, with a one-line notice  |
 | macOS                                | PyPI's wheel, which is CPU + MPS already              |
@@ -30,7 +30,7 @@ from typing import Callable
 
 CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 CPU_SPEC = "torch==2.13.0"
-GPU_SPEC = "torch>=2.4"
+GPU_SPEC = "torch>=2.6"
 
 
 def choose(system: str, machine: str, has_nvidia_gpu: bool, index_reachable: Callable[[str], bool], *,

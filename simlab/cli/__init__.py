@@ -39,7 +39,7 @@ def build_parser() -> OneLineParser:
     for lesson in LESSONS:
         lesson.add_commands(sub, run)
     for action in (sub, run):  # each command's own parser, so its errors can name its own flags
-        for name, p in action.choices.items():
+        for p in action.choices.values():
             p.set_defaults(parser=p)
     return parser
 

@@ -22,9 +22,9 @@ def _numel(size: int, dtype: str) -> int:
 
 def cmd_collective(args) -> dict:
     """`simlab collective NAME`: the plan's steps, bytes per rank against the optimum, and its α-β cost."""
-    from ..render.text import step_text
+    from ..render.collectives_text import step_text
+    from ..sim.collectives_stepper import simulate
     from ..sim.cost import optimal_bytes_per_rank
-    from ..sim.stepper import simulate
 
     name = canonical(args.collective)
     _checks.check_ranks("ranks", args.ranks)

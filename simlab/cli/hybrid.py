@@ -1,5 +1,6 @@
-"""Lesson 6 on the command line: `simlab plan` (evaluate one 3-D plan, or search them all with the advisor)
-and the transformer form of `simlab memory` (the most loaded GPU's bytes for any plan).
+"""Lesson 6 on the command line: `simlab plan` (evaluate one 3-D plan, or search them all with the advisor),
+`simlab run hybrid` (a 3-D run on real processes; `run 3d`, its first name, still works) and the transformer
+form of `simlab memory` (the most loaded GPU's bytes for any plan).
 
     simlab plan --model gpt3-175b --gpus 1024 --gpus-per-node 8 --gpu a100-80gb --global-batch 1536
     simlab plan --model megatron-1t --gpus 512 --global-batch 512 --tp 8 --pp 64 --dp 1 --recompute full
@@ -11,6 +12,7 @@ from .. import _checks
 from ..sim.hybrid import PRECISIONS, check_plan
 from .common import add_json
 from .hybrid_flags import KNOBS, add_machine_flags, add_model_flags, bucket_from, cluster_from, model_from, plan_from
+
 
 def cmd_transformer_memory(args) -> dict:
     """`simlab memory --layers … | --model …`: bytes on the most loaded GPU for one plan."""
@@ -90,18 +92,18 @@ def add_commands(sub, run) -> None:
     add_machine_flags(pl)
     add_json(pl)
     pl.set_defaults(func=cmd_plan, summary=False)
-    add_run_3d(run)
+    add_run_hybrid(run)
 
 
-def cmd_run_3d(args) -> dict:
-    """`simlab run 3d`: TP × DP × PP (+ ZeRO-1) on real processes vs one process, bytes and memory vs the
+def cmd_run_hybrid(args) -> dict:
+    """`simlab run hybrid`: TP × DP × PP (+ ZeRO-1) on real processes vs one process, bytes and memory vs the
     model, the step time vs its prediction. The run is described and checked once (`sim.hybrid_run`); this
     command adds only what a command line needs: torchrun's world size, a ceiling on steps, a writable
     --trace, room in this machine's memory, a warning when the processes outnumber the cores."""
     import os
     import sys
 
-    from ..parity.hybrid import backend_for, run_3d
+    from ..parity.hybrid import backend_for, run_spec
     from ..sim.hybrid_run import HybridRun
     from .common import MAX_STEPS, check_memory, check_writable, run_output, torchrun_world_size
     if args.world_size is None:  # torchrun's; else the grid fixes it (no default of 4 here)
@@ -118,18 +120,19 @@ def cmd_run_3d(args) -> dict:
     check_memory(f"--hidden={m.hidden} --layers={m.layers} --microbatches={spec.microbatches}",
                  spec.machine_bytes(), "the GPT and its batch")
     if spec.world_size > (os.cpu_count() or 1):
-        print(f"simlab run 3d: warning: {spec.world_size} processes on {os.cpu_count()} cores take turns; "
+        print(f"simlab run hybrid: warning: {spec.world_size} processes on {os.cpu_count()} cores take turns; "
               "the run is correct but its times stretch", file=sys.stderr)
-    res = run_3d(spec, backend)
+    res = run_spec(spec, backend)
     return run_output({"config": res["config"]}, res, "losses", "reference_losses", "groups",
                       "predicted_bytes_per_rank", "bytes_sent_per_group", "predicted_bytes_per_group",
                       "measured_memory_per_rank", "predicted_memory_per_rank", "measured_step_seconds",
                       "predicted_step_seconds")
 
 
-def add_run_3d(run) -> None:
+def add_run_hybrid(run) -> None:
     from .common import add_run_flags
-    p = run.add_parser("3d", help="TP × DP × PP (+ ZeRO-1) on real processes: a small GPT vs one process")
+    p = run.add_parser("hybrid", aliases=["3d"],  # "3d": the target's first name, kept for the commands in print
+                       help="TP × DP × PP (+ ZeRO-1) on real processes: a small GPT vs one process")
     for name in ("tp", "dp", "pp"):  # Megatron's order
         p.add_argument(f"--{name}", type=int, default=1, help=f"{name} size (default 1)")
     p.add_argument("--zero", type=int, default=0, help="0 or 1: ZeRO-1 shards Adam's state over the DP group")
@@ -141,4 +144,4 @@ def add_run_3d(run) -> None:
                        ("hidden", "hidden size (default 4·heads)"), ("heads", "attention heads (default 2·tp)")):
         p.add_argument(f"--{name}", type=int, default=None, help=what)
     add_run_flags(p)
-    p.set_defaults(func=cmd_run_3d, renames={"world_size": "--world-size"})
+    p.set_defaults(func=cmd_run_hybrid, target="hybrid", renames={"world_size": "--world-size"})

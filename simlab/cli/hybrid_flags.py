@@ -45,7 +45,7 @@ def add_model_flags(p, plan_defaults: bool) -> None:
                    "(--no-biases: RMSNorm, Llama's)")
     p.add_argument("--positions", choices=("learned", "rotary"), default=None, help="a learned position table, "
                    "or rotary (no parameters)")
-    free = lambda value: value if plan_defaults else None  # noqa: E731
+    free = lambda value: value if plan_defaults else None  # noqa: E731 — a one-line local helper
     p.add_argument("--microbatch", type=int, default=free(1), help="sequences per micro-batch b")
     for name in ("tp", "pp", "dp"):
         p.add_argument(f"--{name}", type=int, default=free(1), help=f"{name} size")

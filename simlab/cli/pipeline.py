@@ -10,7 +10,7 @@ and `bubble_ratio` = idle / busy, the (p-1)/m of Megatron-LM's paper and the Zer
 from __future__ import annotations
 
 from .._checks import check_int
-from ..sim.schedules import SCHEDULES
+from ..sim.pipeline_schedules import SCHEDULES
 from .common import add_json, add_run_flags, add_training_flags, check_memory, check_run_flags, run_output
 
 NAMES = tuple(SCHEDULES)  # naive, gpipe, 1f1b, interleaved, zero-bubble
@@ -41,11 +41,11 @@ def check_size(args, m: int) -> None:
 def cmd_schedule(args) -> dict:
     """`simlab schedule NAME`: the per-rank action lists, simulated with t_F, t_B (and t_W)."""
     from ..render.pipeline import gantt_text
-    from ..sim import pipeline, schedules
+    from ..sim import pipeline, pipeline_schedules
 
     m = _default_microbatches(args, args.name)
     check_size(args, m)
-    plan = schedules.make_schedule(args.name, args.stages, m, args.chunks)
+    plan = pipeline_schedules.make_schedule(args.name, args.stages, m, args.chunks)
     trace = pipeline.simulate(plan, t_f=args.t_f, t_b=args.t_b, t_w=args.t_w)
     out = {"schedule": args.name, "stages": args.stages, "microbatches": m, "chunks": args.chunks,
            "t_f": args.t_f, "t_b": args.t_b, "t_w": args.t_w, "ranks": [[str(a) for a in acts] for acts in plan],
@@ -53,7 +53,7 @@ def cmd_schedule(args) -> dict:
            "bubble_ratio": pipeline.bubble_ratio(trace, args.stages),  # idle / ideal (Megatron, Zero Bubble)
            "peak_activations": pipeline.peak_activations(plan), "makespan": pipeline.makespan(trace)}
     if not args.json:
-        print(schedules.format_grid(plan))
+        print(pipeline_schedules.format_grid(plan))
         print(f"makespan {out['makespan']:g}, bubble fraction {out['bubble_fraction']:.4f} (idle / total; "
               f"ratio idle / ideal {out['bubble_ratio']:.4f}), peak activations per rank {out['peak_activations']}")
         if args.gantt:

@@ -10,8 +10,15 @@ import math
 
 from .. import _checks
 from . import hybrid
-from .common import (add_json, add_run_flags, add_training_flags, check_run_flags, check_training_flags, run_output,
-                     summary)
+from .common import (
+    add_json,
+    add_run_flags,
+    add_training_flags,
+    check_run_flags,
+    check_training_flags,
+    run_output,
+    summary,
+)
 from .hybrid_flags import add_model_flags
 
 ZERO_RUNS = {"zero1": (1, False), "zero2": (2, False), "zero3": (3, False), "offload": (2, True)}

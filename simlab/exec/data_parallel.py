@@ -2,7 +2,7 @@
 
 Lesson 2. Every rank holds a full replica and a slice of the batch; one all-reduce averages the
 gradients. The trick is *when*: backward produces gradients last layer first, so DDP packs them into
-buckets (`simlab.sim.buckets`, the simulator's very plan) and all-reduces each bucket as soon as its turn
+buckets (`simlab.sim.data_parallel_buckets`, the simulator's very plan) and all-reduces each bucket as soon as its turn
 comes, while backward still computes earlier layers. Only what is left when backward ends is *exposed*.
 
 `BucketedDDP(module)` behaves like torch's `DistributedDataParallel`: it broadcasts rank 0's weights;
@@ -31,8 +31,8 @@ from torch import nn
 from torch.autograd import Variable
 
 from .._checks import check_choice, check_positive
-from ..sim.buckets import BucketReadiness, assign_buckets
 from ..sim.collectives import plan_for
+from ..sim.data_parallel_buckets import BucketReadiness, assign_buckets
 from ..trace import Recorder
 from .collectives import ring_all_reduce
 

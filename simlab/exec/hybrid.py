@@ -183,7 +183,7 @@ class DataParallelAdam:
         from_rows(all_gather(rows, self.group), self.params)
 
     def memory(self) -> dict:
-        nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if t is not None)  # noqa: E731
+        nbytes = lambda ts: sum(t.numel() * t.element_size() for t in ts if t is not None)  # noqa: E731 — a one-line local helper
         return {"params": nbytes(self.params), "grads": nbytes(p.grad for p in self.params),
                 "optimizer": nbytes([self.exp_avg, self.exp_avg_sq])}
 

@@ -10,7 +10,7 @@ the cores, exactly as a real 3-D run will) and each one measures, while all are 
     multiplies on 4 numbers, counted with a `TorchDispatchMode`): Python, dispatch, autograd, launch — the
     fixed cost `hybrid_time` charges per operation it counts in a layer (`hybrid_layer.OPS_LAYER`);
   - α (seconds per ring step) and β (bytes/s) of OUR ring all-reduce (`exec.collectives.ring_all_reduce`),
-    fitted over a sweep of sizes by lesson 1's least squares (`simlab.sim.calibrate.fit_alpha_beta`).
+    fitted over a sweep of sizes by lesson 1's least squares (`simlab.sim.cost.fit_alpha_beta`).
 Compute rates are time-boxed: every rank repeats its op for `window` seconds, all ranks in the same window
 (after a barrier), so oversubscribed cores show up as the lower rate the real run will get — timing one
 short op would catch a rank while it happened to own a core. Under NCCL each rank times its own GPU
@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._checks import check_int, check_positive
-from ..sim.calibrate import fit_alpha_beta
+from ..sim.cost import fit_alpha_beta
 from .collectives import ring_all_reduce
 from .launch import device, launch, resolve_backend
 

@@ -35,7 +35,7 @@ from simlab.exec import launch_device
 
 # re-exported: every engine and parity run imports device and resolve_backend from here
 from simlab.exec.launch_device import BACKENDS, device, resolve_backend  # noqa: F401 — re-exported
-from simlab.exec.launch_watch import (  # noqa: F401
+from simlab.exec.launch_watch import (  # noqa: F401 — re-exported: the watch's errors are launch's API
     Interrupted,
     LaunchTimeout,
     WorkerError,

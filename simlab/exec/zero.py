@@ -28,7 +28,16 @@ from torch import nn
 from .._checks import check_int
 from ..sim.memory import check_offload
 from ..trace import Recorder
-from .zero_shards import all_gather, bytes_sent, from_rows, into_rows, new_rows, own_block, reduce_scatter_mean, shard_size
+from .zero_shards import (
+    all_gather,
+    bytes_sent,
+    from_rows,
+    into_rows,
+    new_rows,
+    own_block,
+    reduce_scatter_mean,
+    shard_size,
+)
 
 HOST = torch.device("cpu")  # where offloaded state lives; on a GPU machine this is a real device→host copy
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..i18n import _
 from ..plan import CollectivePlan, split_sizes
-from ..sim.stepper import PlanError, simulate
+from ..sim.collectives_stepper import PlanError, simulate
 from .common import fail
 
 GATHER_CASES = [(n, numel) for n in (1, 2, 3, 4, 5, 8) for numel in (3 * n, 3 * n + 1, n + 2)]
@@ -32,7 +32,7 @@ def _ring_all_gather_problem(plan, n: int, numel: int, itemsize: int) -> str | N
     try:
         result = simulate(goal)
     except PlanError as err:
-        return str(err)  # the simulator's own words (simlab.sim.stepper)
+        return str(err)  # the simulator's own words (simlab.sim.collectives_stepper)
     if not result.final_ok:
         return _("after the last step some rank is missing a chunk (or holds the wrong one)")
     return None

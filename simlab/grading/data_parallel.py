@@ -4,7 +4,7 @@ prediction (buckets, bytes rank 0 sends) made before a real DDP run, graded agai
 from __future__ import annotations
 
 from ..i18n import N_, _
-from ..sim.buckets import BucketReadiness, assign_buckets, torch_rule_buckets
+from ..sim.data_parallel_buckets import BucketReadiness, assign_buckets, torch_rule_buckets
 from .common import fail
 
 BUCKET_MODELS = {  # parameter bytes in module order (weight, bias, …), from real layer shapes; names shown via _()

@@ -138,9 +138,9 @@ def check_network_prediction(crosses: str, busiest: str, run=None) -> None:
             fail(title, name, _("{value}: answer with one of {kinds}").format(
                 value=repr(value), kinds=", ".join(repr(k) for k in KINDS)))
     real = _prediction_run(run)
-    node = lambda rank: rank // GPUS_PER_NODE  # noqa: E731
+    node = lambda rank: rank // GPUS_PER_NODE  # noqa: E731 — a one-line local helper
     across = [k for k in KINDS if any(len({node(r) for r in g}) > 1 for g in real["groups"][k])]
-    shown = lambda k: " ".join("[" + " ".join(map(str, g)) + "]" for g in real["groups"][k])  # noqa: E731
+    shown = lambda k: " ".join("[" + " ".join(map(str, g)) + "]" for g in real["groups"][k])  # noqa: E731 — a one-line local helper
     if [crosses] != across:
         fail(title, "crosses", _("you said {said}; the run's {said} groups are {groups}, all inside a node (ranks "
                                  "0-3, 4-7); the {across} groups {across_groups} cross").format(

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..i18n import _
 from ..sim.pipeline import as_actions, bubble_fraction, makespan, peak_activations, simulate
 from ..sim.pipeline_check import validate
-from ..sim.schedules import one_f_one_b
+from ..sim.pipeline_schedules import one_f_one_b
 from .common import fail
 
 # (p, m): the lesson's 4 x 8 plus cases the student has not seen — fewer micro-batches than stages

@@ -5,8 +5,14 @@ reason goes through `_()` (simlab.i18n; Chinese in locale/zh/LC_MESSAGES/zero.po
 from __future__ import annotations
 
 from ..i18n import _
-from ..sim.memory import PRECISIONS, comm_volume_per_step, per_gpu_bytes, peak_per_gpu_bytes, shard_numel
-from ..sim.memory import smallest_world_size
+from ..sim.memory import (
+    PRECISIONS,
+    comm_volume_per_step,
+    peak_per_gpu_bytes,
+    per_gpu_bytes,
+    shard_numel,
+    smallest_world_size,
+)
 from .common import fail
 
 PAPER = {0: 120e9, 1: 31.40625e9, 2: 16.640625e9, 3: 1.875e9}  # ZeRO paper, Figure 1: Ψ=7.5B, N=64, K=12

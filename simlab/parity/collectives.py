@@ -3,7 +3,7 @@ step by step.
 
 `run_collective` launches workers on the simulator's integer inputs, runs our collective and torch's
 on each rank, and rebuilds the simulator's view of every step from what the ranks recorded. The
-single-process reference is the simulator's exact expected result (`simlab.sim.stepper.expected_final`).
+single-process reference is the simulator's exact expected result (`simlab.sim.collectives_stepper.expected_final`).
 Memory stays proportional to the buffer: each rank builds only its own input and checks its own output
 against the exact sums streamed a piece at a time (`expected_pieces`), and the parent simulates values
 only when the ranks recorded them (`snapshots`), else symbolically (who contributed, no arrays):
@@ -23,15 +23,24 @@ import torch
 import torch.distributed as dist
 
 from .._checks import check_bool, check_choice, check_int
-from ..plan import CollectivePlan, Transfer, chunk_offsets
-from ..sim.collectives import (INPUT_KINDS, MAX_POWER_RANKS, PIECE, PLANS, canonical, input_pieces, make_inputs,
-                               plan_for, power_inputs, power_sources)
-from ..sim.stepper import SimStep, expected_pieces, simulate, steps_match
-from ..trace import Recorder, merge
 from ..exec import collectives as executor
 from ..exec.launch import device, launch
+from ..plan import CollectivePlan, Transfer, chunk_offsets
+from ..sim.collectives import (
+    INPUT_KINDS,
+    MAX_POWER_RANKS,
+    PIECE,
+    PLANS,
+    canonical,
+    input_pieces,
+    make_inputs,
+    plan_for,
+    power_inputs,
+    power_sources,
+)
+from ..sim.collectives_stepper import SimStep, expected_pieces, simulate, steps_match
+from ..trace import Recorder, merge
 from .common import check_run, max_abs_diff, result
-
 
 # ---- in the parent: rebuild the simulator's view from what the ranks recorded -----------------
 

@@ -13,6 +13,7 @@ from .._checks import check_int, check_positive, check_ranks
 from ..exec.launch import resolve_backend
 from ..exec.models import flat_params, train_steps
 from . import CORE_KEYS
+
 OPTIMIZERS = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam}
 
 

@@ -3,7 +3,7 @@ exactly the bytes the model predicts on each group, hold exactly the memory it p
 time it predicts?
 
 `run_hybrid(tp=2, dp=2, pp=2)` describes the run once (`simlab.sim.hybrid_run.HybridRun`: plan, model, batch,
-every check) and `run_3d(spec)` runs it: tp·dp·pp ranks of a small GPT (`simlab.exec.hybrid`) train a few
+every check) and `run_spec(spec)` runs it: tp·dp·pp ranks of a small GPT (`simlab.exec.hybrid`) train a few
 Adam steps on a global batch, and the losses of every step and all parameters after the last are compared
 with one process training the whole model on the whole batch; bytes per rank on the TP, PP and DP groups
 with `simlab.sim.hybrid_traffic`; each rank's model states with lesson 3's memory model; the step time with
@@ -30,7 +30,7 @@ from ..sim.hybrid_run import HybridRun
 from ..sim.hybrid_time import pipeline_trace, step
 from ..sim.hybrid_traffic import bytes_per_rank, layers_per_chunk, rank_states
 from ..sim.mesh import KINDS
-from ..sim.schedules import make_schedule
+from ..sim.pipeline_schedules import make_schedule
 from ..trace import Trace
 from .common import check_run, max_abs_diff, reference_model, result
 
@@ -57,7 +57,7 @@ def _full_names(chunks: dict, per: int) -> dict:
     return {k: (v.cpu().clone(), d) for k, (v, d) in out.items()}
 
 
-def train_3d(rank, world_size, spec: HybridRun):
+def train_hybrid(rank, world_size, spec: HybridRun):
     """Worker: every plan of the run in turn (each a fresh model), `spec.steps` Adam steps each."""
     model, mesh = spec.model, spec.mesh
     groups, (pp_r, dp_r, tp_r) = new_groups(mesh), mesh.coords(rank)
@@ -113,12 +113,12 @@ def run_hybrid(*, tp: int = 2, dp: int = 2, pp: int = 2, zero: int = 0, schedule
                steps: int = 3, seed: int = 0, lr: float = 1e-2, world_size: int | None = None, backend: str = "auto",
                timeout: float = 120.0, variants: tuple = ()) -> dict:
     """One launch of tp·dp·pp ranks, from the knobs (`HybridRun.build` says what each defaults to and checks
-    them all): `run_3d(HybridRun.build(...))`. `variants` (dicts of zero/schedule/chunks) train more plans in
+    them all): `run_spec(HybridRun.build(...))`. `variants` (dicts of zero/schedule/chunks) train more plans in
     the same launch and come back under "variants"."""
-    return run_3d(HybridRun.build(tp=tp, dp=dp, pp=pp, zero=zero, schedule=schedule, chunks=chunks,
-                                  microbatch=microbatch, microbatches=microbatches, layers=layers, hidden=hidden,
-                                  heads=heads, seq=seq, steps=steps, seed=seed, lr=lr, world_size=world_size,
-                                  backend=backend, timeout=timeout, variants=variants))
+    return run_spec(HybridRun.build(tp=tp, dp=dp, pp=pp, zero=zero, schedule=schedule, chunks=chunks,
+                                    microbatch=microbatch, microbatches=microbatches, layers=layers, hidden=hidden,
+                                    heads=heads, seq=seq, steps=steps, seed=seed, lr=lr, world_size=world_size,
+                                    backend=backend, timeout=timeout, variants=variants))
 
 
 def backend_for(spec: HybridRun) -> str:
@@ -127,17 +127,17 @@ def backend_for(spec: HybridRun) -> str:
     return check_run(spec.world_size, spec.backend, spec.timeout, spec.seed)
 
 
-def run_3d(spec: HybridRun, backend: str | None = None) -> dict:
+def run_spec(spec: HybridRun, backend: str | None = None) -> dict:
     """Run a checked `HybridRun`: train the one-process reference, launch the ranks, and hold each plan to the
     reference and to the models. `backend`: `backend_for(spec)`, if the caller has asked already (`simlab run
-    3d` does, to refuse before it prints anything); else it is asked here."""
+    hybrid` does, to refuse before it prints anything); else it is asked here."""
     backend = backend_for(spec) if backend is None else backend
     model = spec.model
     tokens = make_tokens(spec.global_batch, model.seq, model.vocab, spec.seed)
     ref_losses, ref = reference_model(lambda: gpt_for(model, spec.seed), tokens, spec.steps, spec.lr, "adam",
                                       gpt_loss, eps=EPS)
     ref_params = {k: v.detach().clone() for k, v in ref.named_parameters()}
-    ranks = launch(train_3d, spec.world_size, spec, backend=backend, timeout=spec.timeout)
+    ranks = launch(train_hybrid, spec.world_size, spec, backend=backend, timeout=spec.timeout)
     results = [_result(spec, plan, [r[i] for r in ranks], ref_losses, ref_params) for i, plan in enumerate(spec.plans)]
     return results[0] | ({"variants": results[1:]} if spec.variants else {})
 

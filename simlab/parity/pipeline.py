@@ -1,7 +1,7 @@
 """Lesson 4's parity: does a pipeline schedule train exactly like one process, and like torch's own
 pipelining? And is its bubble the one the simulator says?
 
-`run_pipeline("1f1b", world_size=4, microbatches=8)` builds the schedule with `simlab.sim.schedules`,
+`run_pipeline("1f1b", world_size=4, microbatches=8)` builds the schedule with `simlab.sim.pipeline_schedules`,
 runs every rank's action list on real processes (`simlab.exec.pipeline`), and compares the loss, every
 parameter's gradient and the parameters after `steps` SGD steps with one process training the whole
 model on the whole batch — and, in the same launch, with `torch.distributed.pipelining` running the same

@@ -4,10 +4,10 @@ ring lab (N and size knobs, a button that runs the shown ring on N real processe
 Players are `frame_player`s: every step is drawn once, here, and stepped in the browser. What a frame
 shows comes from pure helpers, so tests (and curious learners) can check it without a browser:
 `player_frame(k, ...)` gives the text, `player_figure(k, ...)` the picture. The verdicts come from the
-engine (`simlab.sim.stepper.steps_match`); this module only displays them.
+engine (`simlab.sim.collectives_stepper.steps_match`); this module only displays them.
 
     >>> from simlab.sim.collectives import ring_all_reduce
-    >>> from simlab.sim.stepper import simulate
+    >>> from simlab.sim.collectives_stepper import simulate
     >>> plan = ring_all_reduce(world_size=3, numel=6)
     >>> steps = simulate(plan).steps
     >>> player_frame(4, steps, plan, real_steps=steps).splitlines()[0]
@@ -17,13 +17,13 @@ from __future__ import annotations
 
 from ..i18n import _
 from ..sim.collectives import power_inputs, ring_all_reduce
-from ..sim.stepper import simulate, step_matches, steps_match
-from .mpl import MIN_FONT, RING_FIGSIZE, draw_ring_step, ring_legend_handles
-from .text import header, match_text, side_by_side_text, step_text
+from ..sim.collectives_stepper import simulate, step_matches, steps_match
+from .collectives_figures import RING_FIGSIZE, draw_ring_step, ring_legend_handles
+from .collectives_text import header, match_text, side_by_side_text, step_text
+from .style import INK, MATCH_COLOR, MIN_FONT
 
 # ipywidgets and anywidget are imported where a widget is built: drawing and text stay headless
 
-MATCH_COLOR = {True: "#2ca02c", False: "#d62728"}
 PAIR_FIGSIZE = (2 * RING_FIGSIZE[0] - 0.4, RING_FIGSIZE[1])  # two rings, one shared legend: 880 x 520 px
 
 
@@ -72,7 +72,7 @@ def verdict_html(k: int, verdicts) -> str:
     """'match ✓' in green or 'match ✗' in red, then one mark per step (the current one boxed)."""
     match = bool(verdicts[k]) if k < len(verdicts) else False
     marks = "".join(
-        f"<span style='border:1px solid #333;padding:0 2px'>{'✓' if v else '✗'}</span>" if i == k
+        f"<span style='border:1px solid {INK};padding:0 2px'>{'✓' if v else '✗'}</span>" if i == k
         else ("✓" if v else "✗") for i, v in enumerate(verdicts))
     return (f"<span style='white-space:nowrap'><b style='color:{MATCH_COLOR[match]};font-size:1.1em'>"
             f"{match_text(match)}</b>&nbsp;&nbsp;<span style='font-family:monospace'>{marks}</span>&nbsp;&nbsp;"

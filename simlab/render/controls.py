@@ -22,6 +22,7 @@ import ipywidgets as w
 
 from ..i18n import _
 from .picture import PIXEL_SCALE, figure_png, png_size
+from .style import ARROW_GREY
 
 NO_WRAP = "white-space:pre;overflow-x:auto;margin:2px 0;line-height:1.25"
 
@@ -88,7 +89,7 @@ def trace_link_html(trace, filename: str) -> str:
     name = html.escape(filename)
     site = "<a href='https://ui.perfetto.dev' target='_blank'>ui.perfetto.dev</a>"
     return (f"<a download='{name}' href='data:application/json;base64,{data}'>⤓ {name}</a> "
-            f"<span style='color:#666'>{_('(open it at {site}: Open trace file)').format(site=site)}</span>")
+            f"<span style='color:{ARROW_GREY}'>{_('(open it at {site}: Open trace file)').format(site=site)}</span>")
 
 
 def failure_line(err: BaseException) -> str:

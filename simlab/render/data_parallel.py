@@ -12,9 +12,9 @@ in the browser and syncs that back (14.7 M became 15.8 M), so the lesson's numbe
 from __future__ import annotations
 
 from ..i18n import _
-from ..sim.calibrate import fit_ddp_workload
 from ..sim.data_parallel import DEFAULT_MPARAMS, compare, scaled_workload, simulate_ddp, simulate_dp
-from .text import _fmt, mib
+from ..sim.data_parallel_calibrate import fit_ddp_workload
+from .style import fmt, mib
 
 # The knobs' values; each default is one of them, and equals the lesson's default scene exactly.
 MODEL_MPARAMS = tuple(DEFAULT_MPARAMS * 2.0 ** k for k in range(-4, 7))  # 0.918 M … 14.7 M … 940 M
@@ -25,7 +25,7 @@ BANDWIDTH_GBPS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 300.0)
 def explorer_frame(world_size: int, model_mparams: float, bucket_cap_mb: float, bandwidth_gbps: float):
     """(figure, rows, verdict) for one position of the knobs: rows are the two strategies' numbers,
     already formatted for a table; verdict names the faster one, or says "tie"."""
-    from .timeline import draw_dp_vs_ddp
+    from .data_parallel_timeline import draw_dp_vs_ddp
 
     w = scaled_workload(world_size, model_mparams, bucket_cap_mb, bandwidth_gbps)
     c = compare(w)
@@ -33,12 +33,12 @@ def explorer_frame(world_size: int, model_mparams: float, bucket_cap_mb: float, 
     # the columns, in the language in force (the keys are what table_html shows as headers)
     strategy, step, busiest, others = _("strategy"), _("step"), _("busiest device moves"), _("others move")
     buckets, hidden, exposed = _("buckets"), _("all-reduce hidden"), _("exposed")
-    rows = [{strategy: "DP", step: _fmt(c["dp_step_seconds"]),
+    rows = [{strategy: "DP", step: fmt(c["dp_step_seconds"]),
              busiest: _("{moved} (device 0)").format(moved=mib(c["dp_device0_bytes"])),
              others: mib(c["dp_max_other_bytes"]), buckets: "-", hidden: "-", exposed: "-"},
-            {strategy: "DDP", step: _fmt(c["ddp_step_seconds"]), busiest: mib(c["ddp_max_rank_bytes"]),
+            {strategy: "DDP", step: fmt(c["ddp_step_seconds"]), busiest: mib(c["ddp_max_rank_bytes"]),
              others: _("the same"), buckets: str(c["ddp_buckets"]),
-             hidden: _fmt(c["ddp_hidden_seconds"]), exposed: _fmt(c["ddp_exposed_seconds"])}]
+             hidden: fmt(c["ddp_hidden_seconds"]), exposed: fmt(c["ddp_exposed_seconds"])}]
     if c["faster"] == "tie":  # compare()'s verdict words are shown here, so translated here
         verdict = _("faster: tie (equal to the precision shown)")
     else:
@@ -51,7 +51,7 @@ def real_frame(result: dict):
     """What the run button shows: the simulator fitted to the real DDP run (outlined) over the measured
     timeline (filled), the parity line, and the real trace's link. `result`: `run_dp_and_ddp`'s."""
     from .controls import trace_link
-    from .timeline import draw_sim_vs_real
+    from .data_parallel_timeline import draw_lanes_sim_vs_real
 
     ddp, dp, n = result["ddp"], result["dp"], result["world_size"]
     step = max(e.step for e in ddp["trace"])  # the last step: warm, like a long run's
@@ -59,9 +59,9 @@ def real_frame(result: dict):
                               result["global_batch"], result["real_cap_mb"], step=step)
     predicted = simulate_ddp(fitted)
     measured = max(e.end for e in ddp["trace"] if e.step == step and e.rank == 0)
-    fig = draw_sim_vs_real(predicted.trace, ddp["trace"], rank=0, step=step,
-                           title=_("rank 0, real DDP on {n} process{es}: simulator fitted to the run (outlined) "
-                                   "vs measured (filled)").format(n=n, es="" if n == 1 else "es"))
+    fig = draw_lanes_sim_vs_real(predicted.trace, ddp["trace"], rank=0, step=step,
+                                 title=_("rank 0, real DDP on {n} process{es}: simulator fitted to the run "
+                                         "(outlined) vs measured (filled)").format(n=n, es="" if n == 1 else "es"))
     same = [list(b) for b in predicted.buckets] == ddp["buckets"]
     cap_bytes = result["real_cap_mb"] * 2**20
     share = _("the same share of it as {cap} MiB of the explorer's {model}").format(
@@ -79,7 +79,7 @@ def real_frame(result: dict):
          else _("DDP buckets: {buckets} (the simulator builds different ones)")).format(buckets=ddp["buckets"]),
         _("bytes sent per step by rank 0: {sent}").format(sent=sent),
         _("step {step}: measured {measured}, simulated (fitted) {simulated}").format(
-            step=step, measured=_fmt(measured), simulated=_fmt(predicted.step_seconds))
+            step=step, measured=fmt(measured), simulated=fmt(predicted.step_seconds))
         + (_(" (one process: the model has no all-reduce to time; the real run still packs every bucket)")
            if n == 1 else ""),
         _("parity: {parity}").format(parity=parity)])

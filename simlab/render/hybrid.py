@@ -1,13 +1,9 @@
-"""Lesson 6's pictures, choosing a strategy: the rank grid on its nodes, memory and time of several plans,
-and the advisor's verdict as text.
+"""Lesson 6's rank grid, drawn and written: `draw_mesh` / `mesh_text` show which global rank is which (pp, dp,
+tp) coordinate, its TP, DP and PP groups, and which link each kind of group crosses (`Mesh.link`: inside a node
+or over the network). Memory and time of several plans are `render.hybrid_plans`'s pictures, the advisor's
+verdict `render.hybrid_advisor`'s text.
 
-- `draw_mesh` / `mesh_text`: which global rank is which (pp, dp, tp) coordinate, its TP, DP and PP groups,
-  and which link each kind of group crosses (`Mesh.link`: inside a node or over the network).
-- `draw_plan_memory`: stacked bars per plan (params / grads / optimizer / activations) against the GPU.
-- `draw_time_breakdown`: where each plan's step goes (compute, TP, the pipeline, DP/ZeRO, Offload …).
-(`render.hybrid_advisor.advisor_text` writes the advisor's verdict as text.)
-
-Numbers come from `simlab.sim` (`mesh`, `hybrid_memory`, `hybrid_time`, `advisor`); words through `i18n._`:
+Numbers come from `simlab.sim.mesh`; words through `i18n._`:
 
     >>> from simlab.sim.mesh import Mesh
     >>> print(mesh_text(Mesh(pp=2, dp=2, tp=2), gpus_per_node=4))
@@ -27,19 +23,9 @@ from itertools import pairwise
 
 from ..i18n import _
 from ..sim.mesh import KINDS
-from .mpl import _new_ax, _time_unit
-from .zero import CPU_COLOR, GB, PART_COLOR
+from .style import FRAME_GREY, INK, KIND_COLOR, SOFT_INK, STAGE_FILL, new_ax
 
-# one colour per kind of group, shared by the mesh and the time bars (tp_comm is the TP groups' traffic …)
-KIND_COLOR = {"tp": "#c44e52", "dp": "#dd8452", "pp": "#8172b3"}
-STAGE_FILL = [  # pale, so the group outlines and lines drawn over the boxes stay the loudest marks
-    "#dbe9f6", "#e2f0d9", "#fdf2cc", "#f3e0ef", "#e0f3f3", "#f6e3d5", "#e8e8e8", "#eae3f5"]
-MEMORY_COLOR = {**PART_COLOR, "activations": "#8172b3"}
-TIME_COLOR = {"compute": "#4c72b0", "tp_comm": KIND_COLOR["tp"], "pp_p2p": KIND_COLOR["pp"],
-              "pp_bubble": "#cdc3e3", "dp_comm": KIND_COLOR["dp"], "overlap": "#9fb7d9", "offload": CPU_COLOR,
-              "optimizer": PART_COLOR["optimizer"]}
 MAX_NODE_ROWS = 8  # beyond this many nodes the node frames wrap into further columns
-MAX_OVER = 4  # bars taller than 4× the GPU's memory are cut at the top (and labelled) so the line stays visible
 TEXT_WIDTH = 100  # group lists wrap here, so notebook outputs stay readable
 
 
@@ -135,20 +121,20 @@ def draw_mesh(mesh, gpus_per_node: int, ax=None, title=None, intra: str = "NVLin
     width = max(x for x, _y in pos) + 2 * FRAME + 0.3
     height = max(y for _x, y in pos) + 2 * FRAME + 0.5
     scale = min(0.75, 15 / width)  # inches per data unit; wide layouts shrink, fonts with them
-    ax = _new_ax(ax, (0.8 + scale * width, 1.6 + scale * height))
+    ax = new_ax(ax, (0.8 + scale * width, 1.6 + scale * height))
     font = 9 * scale / 0.75
     for n in range(-(-world // slots)):
         (x0, y0), last = pos[n * slots], min(world, (n + 1) * slots) - n * slots - 1
         ax.add_patch(Rectangle((x0 - FRAME, y0 - FRAME), last * PITCH_X + 2 * FRAME, 2 * FRAME, facecolor="none",
-                               edgecolor="#888888", linestyle="--", linewidth=1, gid="node"))
-        ax.text(x0 - FRAME, y0 - FRAME - 0.03, f"node {n}", fontsize=0.8 * font, color="#555555", va="bottom")
+                               edgecolor=FRAME_GREY, linestyle="--", linewidth=1, gid="node"))
+        ax.text(x0 - FRAME, y0 - FRAME - 0.03, f"node {n}", fontsize=0.8 * font, color=SOFT_INK, va="bottom")
     for r, (x, y) in enumerate(pos):
         c = mesh.coords(r)
         ax.add_patch(Rectangle((x - HALF_W, y - HALF_H), 2 * HALF_W, 2 * HALF_H, zorder=2, gid="rank",
-                               facecolor=STAGE_FILL[c.pp % len(STAGE_FILL)], edgecolor="#333333", linewidth=0.8))
+                               facecolor=STAGE_FILL[c.pp % len(STAGE_FILL)], edgecolor=INK, linewidth=0.8))
         ax.text(x, y - 0.1, f"r{r}", ha="center", va="center", fontsize=font, zorder=4, fontweight="bold")
         ax.text(x, y + 0.17, f"p{c.pp} d{c.dp} t{c.tp}", ha="center", va="center", zorder=4,
-                fontsize=0.7 * font, color="#333333")
+                fontsize=0.7 * font, color=INK)
     handles = []
     for kind in (k for k in KINDS if k in kinds and getattr(mesh, k) > 1):
         label = _("{kind} group ({n} ranks): {link}").format(kind=kind, n=getattr(mesh, kind),
@@ -179,87 +165,4 @@ def draw_mesh(mesh, gpus_per_node: int, ax=None, title=None, intra: str = "NVLin
                  "coordinates; fill: its pipeline stage)").format(mesh=repr(mesh), gpus=gpus_per_node), fontsize=10)
     if handles:
         ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, 0.0), fontsize=8, frameon=False)
-    return ax.figure
-
-
-def draw_plan_memory(plans: dict, gpu_memory: float, ax=None, title=None):
-    """One stacked bar per plan (label → a plan dict of `advisor.search` or `advisor.evaluate_plan`), in GB
-    per GPU, against `gpu_memory` (dashed: what tensors can use, `GPU.usable_memory`); a plan the simulator says does not fit is outlined in red and
-    says so. Host bytes (Offload) get a hatched bar beside it. Bars past MAX_OVER× the GPU are cut at the
-    top, so the line stays readable, and their total is written there. Returns the Figure."""
-    rows, n = list(plans.values()), len(plans)
-    ax = _new_ax(ax, (1.5 * n + 3.2, 4.2))
-    has_cpu = any(p["cpu_bytes_per_gpu"] for p in rows)
-    width = 0.38 if has_cpu else 0.6
-    xs = [i - width / 2 if has_cpu else i for i in range(n)]
-    totals = [p["bytes_per_gpu"]["total"] / GB for p in rows]
-    cpus = [p["cpu_bytes_per_gpu"] / GB for p in rows]
-    line = gpu_memory / GB
-    top = min(max(totals + cpus + [line]), MAX_OVER * line) * 1.2
-    bottom = [0.0] * n
-    for part, color in MEMORY_COLOR.items():
-        heights = [p["bytes_per_gpu"][part] / GB for p in rows]
-        ax.bar(xs, heights, width, bottom=bottom, color=color, label=part, gid=part)
-        bottom = [b + h for b, h in zip(bottom, heights)]
-    label = dict(ha="center", va="bottom", fontsize=8, fontweight="bold",  # readable over a cut bar too
-                 bbox=dict(facecolor="white", edgecolor="none", pad=1, alpha=0.85))
-    for x, total, p in zip(xs, totals, rows):
-        y = min(total, top / 1.2) + 0.01 * top
-        ax.text(x, y, ("↑ " if total > top else "") + f"{total:.1f} GB", **label)
-        if not p["fits"]:
-            ax.bar(x, total, width, fill=False, edgecolor="#d62728", linewidth=2, gid="no-fit")
-            ax.text(x, y + 0.06 * top, _("does not fit"), color="#d62728", **label)
-    if has_cpu:
-        ax.bar([i + width / 2 for i in range(n)], cpus, width, color="white", edgecolor=CPU_COLOR, hatch="//",
-               label=_("host (Offload)"), gid="cpu")
-        for i, v in enumerate(cpus):
-            if v:
-                ax.text(i + width / 2, min(v, top / 1.2) + 0.01 * top, f"{v:.1f}", ha="center", va="bottom",
-                        fontsize=7, color="#555555")
-    ax.axhline(line, color="black", linestyle="--", linewidth=1.2, gid="gpu_memory",
-               label=_("usable GPU memory ({gb} GB)").format(gb=f"{line:.3g}"))
-    ax.set_xticks(range(n), list(plans), fontsize=8)
-    ax.set_ylabel(_("GB per GPU"))
-    ax.set_ylim(0, top)
-    ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    if title:
-        ax.set_title(title, fontsize=10)
-    return ax.figure
-
-
-def draw_time_breakdown(plans: dict, ax=None, title=None):
-    """Where each plan's step goes: a horizontal stacked bar per plan (the first on top) of `breakdown`'s
-    nonzero parts, its step time and MFU at its end; a plan that does not fit is named in red. Bars over
-    MAX_OVER× the fastest run off the right edge (their time written there, after an arrow). Returns the Figure."""
-    rows, n = list(plans.values()), len(plans)
-    ax = _new_ax(ax, (9, 1.3 + 0.55 * n))
-    parts = [k for k in dict.fromkeys(k for p in rows for k in p["breakdown"])
-             if any(p["breakdown"].get(k, 0) > 0 for p in rows)]
-    longest = max([p["step_seconds"] for p in rows] + [sum(p["breakdown"].values()) for p in rows]) or 1.0
-    end = min(longest, MAX_OVER * (min(p["step_seconds"] for p in rows) or longest))
-    scale, unit = _time_unit(end)
-    left = [0.0] * n
-    for part in parts:
-        widths = [p["breakdown"].get(part, 0.0) * scale for p in rows]
-        ax.barh(range(n), widths, 0.6, left=left, color=TIME_COLOR.get(part, "#999999"), gid=part,
-                hatch="//" if part == "pp_bubble" else None, edgecolor="white", linewidth=0.5,
-                label=part.replace("_", " "))
-        left = [a + w for a, w in zip(left, widths)]
-    for i, p in enumerate(rows):
-        tip = max(left[i], p["step_seconds"] * scale)
-        cut = tip > end * scale * 1.0001  # past the right edge
-        ax.text(min(tip, end * scale) + 0.01 * end * scale, i, ("→ " if cut else "")
-                + f"{p['step_seconds'] * scale:.3g} {unit}   MFU {p['mfu']:.0%}", va="center", fontsize=8, gid="total",
-                bbox=dict(facecolor="white", edgecolor="none", pad=1, alpha=0.85) if cut else None)
-    ax.set_yticks(range(n), [k if p["fits"] else f"{k}\n({_('does not fit')})" for k, p in plans.items()], fontsize=8)
-    for tick, p in zip(ax.get_yticklabels(), rows):
-        tick.set_color("black" if p["fits"] else "#d62728")
-    ax.set_ylim(n - 0.5, -0.5)
-    ax.set_xlim(0, end * scale * 1.3)  # room for the text at the longest bar's end
-    ax.set_xlabel(_("time per step ({unit})").format(unit=unit))
-    ax.spines[["top", "right"]].set_visible(False)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
-    if title:
-        ax.set_title(title, fontsize=10)
     return ax.figure

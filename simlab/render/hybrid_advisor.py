@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..i18n import _
 from ..sim.advisor_explain import tie_line
-from .text import rows_table
+from .style import rows_table
 from .zero import GB
 
 COLUMNS = ("#", "tp", "pp", "dp", "b", "schedule×v", "stages", "zero", "offload", "SP", "recompute", "GB/GPU",

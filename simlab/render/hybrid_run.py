@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from ..i18n import _
 from ..sim.mesh import KINDS
-from .pipeline import draw_sim_vs_real
-from .text import rows_table
+from .pipeline import draw_gantt_sim_vs_real
+from .style import rows_table
 
 TOLERANCE = 1e-5  # the parity promise: losses and parameters within this of one process
 
@@ -75,7 +75,7 @@ def time_text(result: dict) -> str:
 
 def draw_predicted_vs_real(predicted, result: dict):
     """The predicted pipeline timeline above the real run's last step (every global rank a row)."""
-    return draw_sim_vs_real(predicted, result["trace"], result["world_size"],
-                            titles=(_("predicted: lesson 6's model on this machine's calibration, "
-                                      "lesson 4's simulator"),
-                                    _("measured: the real run's last step")))
+    return draw_gantt_sim_vs_real(predicted, result["trace"], result["world_size"],
+                                  titles=(_("predicted: lesson 6's model on this machine's calibration, "
+                                            "lesson 4's simulator"),
+                                          _("measured: the real run's last step")))

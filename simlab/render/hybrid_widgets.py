@@ -29,8 +29,8 @@ from ..sim.hybrid import Plan
 from ..sim.hybrid_scenarios import BY_KEY, GPT2, WIDE, Scenario
 from ..sim.hybrid_time import pipeline_trace
 from ..sim.model import PRESETS
-from .hybrid import draw_plan_memory, draw_time_breakdown
 from .hybrid_advisor import COLUMNS, _config_row, advisor_text
+from .hybrid_plans import draw_plan_memory, draw_time_breakdown
 from .hybrid_run import draw_predicted_vs_real, run_text, time_text
 from .pipeline import draw_gantt
 
@@ -167,7 +167,7 @@ def strategy_explorer(scenario: str = "nodes-slow", run=None, predict=None):
     from .controls import Panel, figure_image, readout_html, run_control, show_figure, table_html, trace_link
     check_choice("scenario", scenario, tuple(BY_KEY))
     start = _knob_values(BY_KEY[scenario])
-    size = lambda name, top: w.BoundedIntText(value=start[name], min=1, max=top, description=name,  # noqa: E731
+    size = lambda name, top: w.BoundedIntText(value=start[name], min=1, max=top, description=name,  # noqa: E731 — a one-line local helper
                                               layout=w.Layout(width="180px"))
     knobs = {"model": w.Dropdown(options=sorted(MODELS), value=start["model"], description=_("model")),
              "layers": size("layers", 1024), "hidden": size("hidden", 1 << 17), "heads": size("heads", 1024),

@@ -26,6 +26,7 @@ def render_png(fig, with_box: bool = False, region=None) -> tuple[bytes, object]
 
 def _render_png(fig, with_box: bool, region):
     import io
+
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     if not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)

@@ -12,7 +12,8 @@ the bubble.
   boxes and their micro-batch labels are two collections, so a chart of 2,048 actions still redraws
   within an explorer's budget.
 - `gantt_text(trace, ranks)`: the same chart as fixed-width text, for nbval to compare.
-- `draw_sim_vs_real(sim, real, ranks)`: the simulation above the real run, on one time axis.
+- `draw_gantt_sim_vs_real(sim, real, ranks)`: the simulation above the real run, on one time axis
+  (`render.style.draw_sim_vs_real`).
 
 Words go through `_()` (simlab.i18n): after `set_language("zh")` the legends, axis labels and the text
 chart's key line are Chinese; the chart's own cells (`F0`, `B3`, `.`, `rank 0`) stay as they are, since
@@ -36,9 +37,8 @@ import numpy as np
 
 from ..i18n import N_, _
 from ..plan import Action
-from .mpl import MIN_FONT, _time_unit
+from .style import MIN_FONT, OP_COLOR, TAB_RED, draw_sim_vs_real, time_unit
 
-OP_COLOR = {"F": "#4c72b0", "B": "#55a868", "I": "#8ccf8f", "W": "#c9a227"}
 # shown through _(): the legends say them in the language in force
 OP_NAME = {"F": N_("forward"), "B": N_("backward"), "I": N_("backward-input"), "W": N_("backward-weight")}
 # the text chart's key: each op with the separator after it, as one message (Chinese writes '，')
@@ -143,7 +143,7 @@ def draw_gantt(trace, ranks: int, ax=None, title: str | None = None, until: floa
     ax = ax if ax is not None else _gantt_axes(ranks)
     t0 = min((e.start for e, _a in acts), default=0.0)
     span = span or (max((e.end for e, _ in acts), default=1.0) - t0) or 1.0
-    scale, unit = _time_unit(span)
+    scale, unit = time_unit(span)
     inches = ax.figure.get_figwidth() * ax.get_position().width * 0.9  # the axes' width, before layout
     by_color, labels = {}, []  # colour → [(x0, x1, y0, y1)], in first-drawn order
     for e, a in acts:
@@ -165,7 +165,7 @@ def draw_gantt(trace, ranks: int, ax=None, title: str | None = None, until: floa
     if labels:
         _label_collection(ax, labels)
     if until is not None:
-        ax.axvline(until * scale, color="#d62728", linewidth=1)
+        ax.axvline(until * scale, color=TAB_RED, linewidth=1)
     ax.set_xlim(0, span * scale)
     ax.set_ylim(ranks - 0.5, -0.5)
     ax.set_yticks(range(ranks), [f"rank {r}" for r in range(ranks)], fontsize=MIN_FONT)
@@ -239,15 +239,9 @@ def gantt_text(trace, ranks: int, tick: float | None = None, max_columns: int = 
         unit=unit, legend=legend, what=what)])
 
 
-def draw_sim_vs_real(sim_trace, real_trace, ranks: int, titles=None):
-    """The simulated schedule above the real run, on the same time axis (both in seconds). `titles`
-    default to "simulated" and "real" in the language in force when called."""
-    titles = titles or (_("simulated"), _("real"))
-    from matplotlib.figure import Figure
-    fig = Figure(figsize=(10, 1.2 + 0.9 * ranks), layout="constrained")
-    top, bottom = fig.subplots(2, 1, sharex=True)
-    spans = [max(e.end for e in t) - min(e.start for e in t) for t in (sim_trace, real_trace)]
-    for ax, trace, title in zip((top, bottom), (sim_trace, real_trace), titles):
-        draw_gantt(trace, ranks, ax=ax, title=title, span=max(spans))
-    top.set_xlabel("")  # the shared axis is labelled once, under the panel that shows its ticks
-    return fig
+def draw_gantt_sim_vs_real(sim_trace, real_trace, ranks: int, titles=None):
+    """The simulated schedule above the real run, two Gantt charts on one time axis (both in seconds;
+    `render.style.draw_sim_vs_real`). `titles` default to "simulated" and "real" in the language in force."""
+    def draw(ax, trace, span, _real):
+        draw_gantt(trace, ranks, ax=ax, span=span)
+    return draw_sim_vs_real(sim_trace, real_trace, draw, figsize=(10, 1.2 + 0.9 * ranks), titles=titles)

@@ -18,9 +18,9 @@ import bisect
 from .._checks import check_choice, check_int
 from ..i18n import N_, _
 from ..sim.pipeline import explore, peak_activations
-from ..sim.schedules import SCHEDULES, make_schedule, nearest_valid
+from ..sim.pipeline_schedules import SCHEDULES, make_schedule, nearest_valid
 from .controls import Panel, run_control, table_html, trace_link, trace_link_html
-from .pipeline import draw_gantt, draw_sim_vs_real
+from .pipeline import draw_gantt, draw_gantt_sim_vs_real
 from .player import reveal_player
 
 NAMES = tuple(SCHEDULES)  # naive, gpipe, 1f1b, interleaved, zero-bubble
@@ -112,9 +112,9 @@ def real_view(res: dict):
             simulated_ratio=f"{res['simulated_bubble_ratio']:.2f}"),
         _("activations held per rank: measured {measured}, simulated {simulated}").format(
             measured=res["measured_peak_activations"], simulated=planned)])
-    fig = draw_sim_vs_real(res["simulated_trace"], res["trace"], p,
-                           titles=(_("simulated, fed the measured per-action times"),
-                                   _("real, {processes}").format(processes=_processes(p))))
+    fig = draw_gantt_sim_vs_real(res["simulated_trace"], res["trace"], p,
+                                 titles=(_("simulated, fed the measured per-action times"),
+                                         _("real, {processes}").format(processes=_processes(p))))
     return fig, text, [trace_link(res["trace"], f"pipeline_real_{name}_p{p}_m{m}.json")]
 
 

@@ -166,7 +166,7 @@ class FramePlayer(anywidget.AnyWidget):
         x0, x1 = ax.get_xlim()
         # a data x → the fraction of the saved picture's width (the picture is the figure cropped to bbox)
         to_inches = lambda xy: ax.transData.transform(xy) / fig.dpi  # noqa: E731 — local coordinate maps
-        (left, bottom), (right, top) = to_inches((x0, ax.get_ylim()[0])), to_inches((x1, ax.get_ylim()[1]))
+        (_, bottom), (right, top) = to_inches((x0, ax.get_ylim()[0])), to_inches((x1, ax.get_ylim()[1]))
         frac_x = lambda inch: (inch - bbox.x0) / bbox.width  # noqa: E731 — local coordinate maps
         frac_y = lambda inch: (bbox.y1 - inch) / bbox.height  # noqa: E731 — pictures count y downwards
         top_f, bottom_f = sorted((frac_y(top), frac_y(bottom)))

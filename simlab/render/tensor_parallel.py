@@ -24,13 +24,7 @@ import re
 
 from ..i18n import N_, _
 from ..sim.tensor_parallel import COMBINE, shard_plan
-from .mpl import _new_ax
-
-RANK_COLORS = ["#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3", "#8c8c8c"]
-SHARED_COLOR = "#bdbdbd"  # whole on every rank
-SUM_COLOR = "#f2e6a7"  # Y after the all-reduce: every rank's partial added in
-STEP_COLOR = {"local": "#dbe6f4", "identity": "#fde9d6", "comm": "#f28e2b"}
-
+from .style import ARROW_GREY, EDGE_GREY, RANK_COLORS, SHARED_COLOR, STEP_COLOR, SUM_COLOR, TAB_GREEN, new_ax
 
 # The simulator's words this module shows, marked for translation here (the sim layer prints English only):
 # `shown(text)` looks each up; tests/test_i18n_tensor_parallel.py checks they equal what the sim produces.
@@ -110,7 +104,7 @@ def draw_split(split, ax=None):
     col = plan.kind == "column"
     row_h = max(b, k) * cell
     parts_h = 0 if col else plan.ranks * (b * cell + 0.35)
-    ax = _new_ax(ax, (1.0 + 1.3 * (k + k + n) * cell + 1.0, 1.0 + 1.3 * max(row_h, b * cell + parts_h)))
+    ax = new_ax(ax, (1.0 + 1.3 * (k + k + n) * cell + 1.0, 1.0 + 1.3 * max(row_h, b * cell + parts_h)))
     x = _grid(ax, 0, 0, (b, k), lambda i, j: None if col else owner(plan.rows, j), "X (b, in)", cell, "X")
     x = _grid(ax, _sign(ax, x, -b * cell / 2, "×"), 0, (k, n),
               lambda i, j: shard_owner(plan, i, j), "W (in, out)", cell, "W")
@@ -144,7 +138,7 @@ def draw_mlp_shards(a_split: str, b_split: str, ranks: int, hidden: int, ffn: in
     `footer` (e.g. the real run's counts) goes under the legend, in green."""
     plans = [shard_plan(a_split, ranks, (hidden, ffn)), shard_plan(b_split, ranks, (ffn, hidden))]
     cell = min(0.25, 4.0 / max(hidden, ffn))  # inches: the longer matrix side ≤ 4 in (400 px as shown)
-    ax = _new_ax(ax, (1.6 + (hidden + ffn) * cell + 0.8, 1.5 + max(hidden, ffn) * cell))
+    ax = new_ax(ax, (1.6 + (hidden + ffn) * cell + 0.8, 1.5 + max(hidden, ffn) * cell))
     x = _grid(ax, 0.0, 0, plans[0].shape, lambda i, j: shard_owner(plans[0], i, j),
               f"A {by_kind(plans[0].kind)} {plans[0].shape}", cell, "A")
     ax.text(x + 0.6, -min(hidden, ffn) * cell / 2, "GeLU →", ha="center", va="center", fontsize=12)
@@ -157,7 +151,7 @@ def draw_mlp_shards(a_split: str, b_split: str, ranks: int, hidden: int, ffn: in
     ax.set_title(title or _("GeLU(X·A)·B on {ranks}").format(ranks=count_of(ranks, "rank")), fontsize=10)
     _legend(ax, ranks, {})
     if footer:
-        ax.figure.supxlabel(footer, fontsize=10, color="#2ca02c", gid="real")  # constrained layout makes room
+        ax.figure.supxlabel(footer, fontsize=10, color=TAB_GREEN, gid="real")  # constrained layout makes room
     return ax.figure
 
 
@@ -185,13 +179,13 @@ def draw_tp_steps(steps, current: int | None = None, real: dict | None = None, a
     from matplotlib.patches import FancyBboxPatch
     fwd = [i for i, s in enumerate(steps) if s.phase == "forward"]
     bwd = [i for i, s in enumerate(steps) if s.phase == "backward"]
-    ax = _new_ax(ax, (11, 1.0 + 1.0 * max(len(fwd), len(bwd))))
+    ax = new_ax(ax, (11, 1.0 + 1.0 * max(len(fwd), len(bwd))))
     place = {i: (0.0, -row) for row, i in enumerate(fwd)}  # forward top-down; backward bottom-up beside it
     place |= {i: (6.0, -(len(bwd) - 1 - row)) for row, i in enumerate(bwd)}
     for i, (x, y) in place.items():
         s, kind = steps[i], step_kind(steps[i])
         ax.add_patch(FancyBboxPatch((x, y - 0.35), 5.0, 0.7, boxstyle="round,pad=0.02", gid=f"step-{kind}",
-                                    facecolor=STEP_COLOR[kind], edgecolor="black" if i == current else "#999999",
+                                    facecolor=STEP_COLOR[kind], edgecolor="black" if i == current else EDGE_GREY,
                                     linewidth=2.5 if i == current else 0.8))
         ax.text(x + 2.5, y, _box_label(s), ha="center", va="center", fontsize=10,
                 fontweight="bold" if kind == "comm" else "normal")
@@ -199,14 +193,14 @@ def draw_tp_steps(steps, current: int | None = None, real: dict | None = None, a
         for a, b in zip(order, order[1:]):  # the direction the data flows
             (xa, ya), (xb, yb) = place[a], place[b]
             ax.annotate("", xy=(xb + 2.5, yb - sign * 0.36), xytext=(xa + 2.5, ya + sign * 0.36),
-                        arrowprops={"arrowstyle": "-|>", "color": "#666666"})
+                        arrowprops={"arrowstyle": "-|>", "color": ARROW_GREY})
     rows = max(len(fwd), len(bwd))
     ax.text(2.5, 0.55, _("forward ↓"), ha="center", fontsize=10, fontweight="bold")
     ax.text(8.5, 0.55, _("backward ↑"), ha="center", fontsize=10, fontweight="bold")
     if real is not None:  # two lines: the counts, then the bytes (after the first "; " or, in Chinese, "；")
         ax.text(5.5, -rows + 0.2, re.sub(r"(; |；)", r"\1\n", real_counts_line(real), count=1).replace(" \n", "\n"),
                 ha="center", va="top",
-                fontsize=10, color="#2ca02c", gid="real")
+                fontsize=10, color=TAB_GREEN, gid="real")
     ax.set_xlim(-0.2, 11.2)
     ax.set_ylim(-rows - (0.9 if real is not None else 0.3), 0.9)
     ax.axis("off")

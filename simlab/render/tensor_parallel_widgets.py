@@ -22,12 +22,21 @@ from __future__ import annotations
 from .._checks import check_choice, check_int
 from ..i18n import N_, _
 from ..sim.tensor_parallel import KINDS, TPStep, gelu, shard_plan
-from ..sim.tensor_parallel_choices import (FFN, HIDDEN, SYNCS, TOKENS, mlp_inputs, split_error, split_forward,
-                                           split_trace, sync_rows)
+from ..sim.tensor_parallel_choices import (
+    FFN,
+    HIDDEN,
+    SYNCS,
+    TOKENS,
+    mlp_inputs,
+    split_error,
+    split_forward,
+    split_trace,
+    sync_rows,
+)
 from .controls import Panel, figure_image, readout_html, run_control, show_figure, trace_link
 from .player import frame_player
+from .style import rows_table
 from .tensor_parallel import count_of, draw_mlp_shards, draw_tp_steps, real_counts_line, shown
-from .text import rows_table
 
 TP_SIZES = (1, 2, 4, 8)
 EXACT = 1e-12  # float64, partial sums added in another order: exact up to rounding

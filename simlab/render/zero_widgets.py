@@ -16,12 +16,20 @@ import ipywidgets as w
 
 from ..i18n import _
 from ..sim.zero import holdings_text, to_trace, walkthrough
-from .controls import Panel, figure_image, readout_html, run_control, show_figure, table_html, trace_link
-from .controls import trace_link_html
+from .controls import (
+    Panel,
+    figure_image,
+    readout_html,
+    run_control,
+    show_figure,
+    table_html,
+    trace_link,
+    trace_link_html,
+)
 from .picture import RENDER_LOCK, render_png
 from .player import frame_player
-from .zero import calculator_rows, calculator_table, calculator_title, draw_memory_bars, draw_real_vs_model
-from .zero import draw_zero_step, real_run_text
+from .zero import calculator_rows, calculator_table, calculator_title, draw_memory_bars, draw_zero_step
+from .zero_run import draw_real_vs_model, real_run_text
 
 # Model sizes the calculator offers: 1, 1.5, 2, 3, 5, 7, 7.5 × 10^k from 1 M to 1 T (GPT-3's 175 B too);
 # explicit options, so the default is exactly the value the lesson prints (a log slider would snap 7.5 B to 7.94 B).

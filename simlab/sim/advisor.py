@@ -26,8 +26,17 @@ from .._checks import check_choice, check_int
 from .advisor_explain import explain, family, rejections, representative  # noqa: F401 — `family` is advisor's API too
 from .advisor_explain import families as family_names
 from .hardware import Cluster
-from .hybrid import (ATTENTION, PRECISIONS, RECOMPUTE, SCHEDULES, Plan, check_bucket, check_overlap, check_plan,
-                     layers_per_stage)
+from .hybrid import (
+    ATTENTION,
+    PRECISIONS,
+    RECOMPUTE,
+    SCHEDULES,
+    Plan,
+    check_bucket,
+    check_overlap,
+    check_plan,
+    layers_per_stage,
+)
 from .hybrid_memory import Knobs, per_gpu
 from .hybrid_time import step
 from .model import Transformer
@@ -211,7 +220,7 @@ def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str 
               bucket: tuple = ()) -> dict:
     """{family: its fastest plan that fits, else its plan needing the least memory (fits False)}, in the
     order of `families` (default: every family the search finds): the winner beside the strategies that lose,
-    for `render.hybrid.draw_plan_memory` / `draw_time_breakdown`."""
+    for `render.hybrid_plans.draw_plan_memory` / `draw_time_breakdown`."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
     _settings(precision, attention, overlap, bucket)
     k = candidates(model, c, global_batch, {}, attention, overlap, tuple(bucket))

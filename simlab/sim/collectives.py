@@ -3,7 +3,7 @@
 Teaches: the ring reduce-scatter / all-gather / all-reduce, a binomial-tree broadcast, and the naive
 "DP-style" reduce-to-root + broadcast, whose root carries all the traffic.
 
-    >>> from simlab.sim.stepper import simulate
+    >>> from simlab.sim.collectives_stepper import simulate
     >>> res = simulate(ring_all_reduce(world_size=4, numel=8))
     >>> res.plan.num_steps, res.final_ok, res.steps[-1].bytes_sent  # 2(n-1)/n * 32 bytes
     (6, True, (48, 48, 48, 48))

@@ -3,10 +3,14 @@
 A step's time is set by its busiest link: the rank that sends or receives the most bytes in that
 step. That single rule explains why the ring is bandwidth-optimal (every step moves one chunk per
 rank) and why the naive reduce-to-root is not (the root receives n-1 whole buffers at once).
+`fit_alpha_beta` goes the other way: α and the bandwidth from measured all-reduces (lesson 2 fits a
+real DDP run with it, lesson 6 this machine's links).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from .._checks import MAX_COUNT, check_choice, check_int, check_number, check_positive, check_ranks
 from ..plan import CollectivePlan
@@ -107,3 +111,32 @@ def compare_all_reduce(world_sizes, nbytes: int, alpha: float = DEFAULT_ALPHA,
                      "ring_seconds": alpha_beta(ring, alpha, bandwidth).seconds,
                      "naive_seconds": alpha_beta(naive, alpha, bandwidth).seconds})
     return rows
+
+
+def _numbers(name: str, values) -> np.ndarray:
+    """A non-empty list of finite numbers >= 0 (a nan would make the least-squares fit fail)."""
+    values = values.tolist() if isinstance(values, np.ndarray) else values
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ValueError(f"{name}={values!r}: must be a non-empty list, one entry per all-reduce")
+    return np.array([check_number(f"{name}[{i}]", x) for i, x in enumerate(values)])
+
+
+def fit_alpha_beta(durations, nbytes, world_size: int) -> tuple[float, float]:
+    """(alpha seconds, bandwidth bytes/s) from ring all-reduce durations and per-rank bytes, by least
+    squares on the α-β law of a ring all-reduce,  d = 2(n-1)·α + bytes_per_rank / B.
+
+    Tiny buffers leave the bandwidth undetermined (or fit a negative slope): then the link is taken
+    as infinitely fast and the whole duration is latency.
+    """
+    check_int("world_size", world_size, 1, MAX_COUNT)
+    d, b = _numbers("durations", durations), _numbers("nbytes", nbytes)
+    if len(b) != len(d):
+        raise ValueError(f"nbytes: has {len(b)} entries, durations has {len(d)}: one each per all-reduce")
+    steps = 2 * (world_size - 1)
+    if steps == 0:
+        return 0.0, float("inf")
+    if len(set(b.tolist())) > 1:
+        slope, intercept = np.polyfit(b, d, 1)  # d ≈ slope·bytes + intercept
+        if slope > 0 and intercept >= 0:
+            return float(intercept / steps), float(1 / slope)
+    return float(d.mean() / steps), float("inf")

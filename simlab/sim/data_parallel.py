@@ -30,9 +30,9 @@ import math
 from .._checks import check_batch, check_int, check_number, check_positive, check_ranks
 from ..plan import Transfer
 from ..trace import Recorder, Trace
-from .buckets import BucketReadiness, assign_buckets
 from .collectives import plan_for
 from .cost import DEFAULT_ALPHA, DEFAULT_BANDWIDTH, busiest_link_bytes, ring_all_reduce_seconds
+from .data_parallel_buckets import BucketReadiness, assign_buckets
 
 MIB = 1 << 20
 DEFAULT_LAYERS = (1 * MIB, 4 * MIB, 4 * MIB, 4 * MIB, 1 * MIB)  # params per layer: 56 MiB in fp32

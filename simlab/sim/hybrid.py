@@ -24,8 +24,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 from .._checks import check_bool, check_choice, check_divisible, check_int
-from .memory import PRECISIONS as LESSON_3_BYTES, Precision
-from .model import PRESETS, Transformer  # noqa: F401  (PRESETS: the doctest's models)
+from .memory import PRECISIONS as LESSON_3_BYTES
+from .memory import Precision
+from .model import PRESETS, Transformer  # noqa: F401 — PRESETS: the doctest's models
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full")

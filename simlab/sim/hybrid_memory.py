@@ -43,8 +43,8 @@ from .memory import CPU_GRAD_BYTES, HOST_ADAM_BYTES
 from .model import Transformer
 
 HOST_BYTES = HOST_ADAM_BYTES + CPU_GRAD_BYTES  # per parameter on the host under Offload (lesson 3's)
-FIRST, MIDDLE, LAST = 0, 1, 2
-ZERO3_UNIT = 1e9  # parameters ZeRO-3 gathers at once at most (DeepSpeed: stage3_max_live_parameters)  # the stages that can be the most loaded: 0, 1 and p − 1
+FIRST, MIDDLE, LAST = 0, 1, 2  # the stages that can be the most loaded: 0, 1 and p − 1
+ZERO3_UNIT = 1e9  # parameters ZeRO-3 gathers at once at most (DeepSpeed: stage3_max_live_parameters)
 
 
 class Knobs(NamedTuple):

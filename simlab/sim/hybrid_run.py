@@ -1,6 +1,6 @@
 """One real 3-D run, described once: the plan, the GPT it trains, the batch, and how long and how to run it.
 
-`simlab run 3d`, `parity.hybrid.run_hybrid` and the workers it starts all read the same `HybridRun`, built
+`simlab run hybrid`, `parity.hybrid.run_hybrid` and the workers it starts all read the same `HybridRun`, built
 and checked once, before anything runs, by `HybridRun.build` from the small knobs a learner turns. The grid
 is named in Megatron's order everywhere: tp (fastest: ranks of one TP group are neighbours), dp, pp.
 

@@ -177,7 +177,7 @@ def pipeline_trace(model: Transformer, plan: Plan, c: Cluster, global_batch: int
     hand-over included); every rank of a pipeline stage gets its stage's timeline. The real run's trace is
     drawn beside it (`render.hybrid_run`)."""
     from .pipeline import simulate
-    from .schedules import make_schedule
+    from .pipeline_schedules import make_schedule
     t = step(model, plan, c, global_batch, precision, executor)
     m = global_batch // (plan.dp * plan.microbatch)
     stage = (t["breakdown"]["compute"] + t["breakdown"]["tp_comm"] + t["breakdown"]["pp_p2p"]) / m

@@ -64,7 +64,7 @@ def bytes_per_rank(model: Transformer, plan: Plan, global_batch: int, itemsize: 
     out = {"tp": [], "pp": [], "dp": []}
     for rank in range(mesh.world_size):
         pp_r, dp_r, tp_r = mesh.coords(rank)
-        def ar(numel, n=plan.tp, r=tp_r):  # noqa: E306  one ring all-reduce of `numel` on n ranks
+        def ar(numel, n=plan.tp, r=tp_r):  # noqa: E306 — a nested helper: one ring all-reduce of `numel` on n ranks
             return ring_bytes_sent("all-reduce", n, numel, itemsize)[r]
         tp = pp = 0
         for c in chunks_of(plan, pp_r):

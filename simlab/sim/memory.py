@@ -63,7 +63,7 @@ def _layers(layer_numels) -> list[int]:
     try:
         numels = list(layer_numels)
     except TypeError:
-        raise ValueError(f"layer_numels={layer_numels!r}: must be an integer or a list of integers")
+        raise ValueError(f"layer_numels={layer_numels!r}: must be an integer or a list of integers") from None
     if not numels:
         raise ValueError("layer_numels=[]: need at least one layer")
     return [check_int(f"layer_numels[{i}]", p, 1) for i, p in enumerate(numels)]

@@ -8,7 +8,8 @@ plus `t_comm` when the input comes from another rank. A full backward B takes `t
 t_b - t_w and W takes t_w. The result is a `Trace` of compute events shaped exactly like the real
 executor's (`simlab.exec.pipeline`), so a simulated and a real run compare with `Trace.signature()`.
 
-    python -c "from simlab.sim import pipeline as P, schedules as S; print(P.bubble_fraction(P.simulate(S.one_f_one_b(4, 8)), 4))"
+    python -c "from simlab.sim import pipeline as P, pipeline_schedules as S
+    print(P.bubble_fraction(P.simulate(S.one_f_one_b(4, 8)), 4))"
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from contextlib import contextmanager
 from .._checks import MAX_COUNT, check_choice, check_int, check_positive
 from ..trace import Event, Trace
 from .pipeline_engine import as_actions, deadlock_messages, run_blocking, shape
-from .schedules import SCHEDULES, make_schedule, nearest_valid
+from .pipeline_schedules import SCHEDULES, make_schedule, nearest_valid
 
 
 def _per_stage(name: str, value, stages: int, positive: bool = True) -> list[float]:
@@ -54,7 +55,7 @@ def simulate(schedule, t_f=1.0, t_b=2.0, t_w=None, t_comm: float = 0.0, action_t
     t_f, t_b (a full backward) and t_w are numbers or per-stage lists; t_w defaults to t_b / 2.
     action_times: one list per rank of each action's own duration (e.g. measured in a real run);
     it replaces t_f/t_b/t_w, so only the waiting is simulated.
-    >>> from simlab.sim.schedules import gpipe
+    >>> from simlab.sim.pipeline_schedules import gpipe
     >>> [(e.name, e.start, e.end) for e in simulate(gpipe(2, 1)).for_rank(1)]
     [('1F0', 1.0, 2.0), ('1B0', 2.0, 4.0)]
     >>> [(e.name, e.start, e.end) for e in simulate(gpipe(2, 1), action_times=[[1, 1], [3, 1]]).for_rank(0)]
@@ -120,7 +121,7 @@ def bubble_ratio(trace: Trace, ranks: int) -> float:
     """Idle device-time / busy device-time: the papers' convention (Narayanan et al. 2021, t_pb / t_id),
     which can exceed 1. It equals fraction / (1 − fraction); inf when nobody computes at all.
 
-    >>> from simlab.sim.schedules import one_f_one_b
+    >>> from simlab.sim.pipeline_schedules import one_f_one_b
     >>> round(bubble_ratio(simulate(one_f_one_b(4, 8)), 4), 3)  # (p-1)/m
     0.375
     """
@@ -145,7 +146,7 @@ def peak_activations(schedule) -> list[int]:
     A stage keeps micro-batch j's activation from its F until its B frees it, or until W when the
     backward is split (I still needs it, and so does W). With v chunks a rank's stages are 1/v of
     a non-interleaved rank's layers, so one unit is 1/v as big there.
-    >>> from simlab.sim.schedules import gpipe, one_f_one_b
+    >>> from simlab.sim.pipeline_schedules import gpipe, one_f_one_b
     >>> peak_activations(gpipe(4, 8)), peak_activations(one_f_one_b(4, 8))
     ([8, 8, 8, 8], [4, 3, 2, 1])
     """

@@ -1,7 +1,7 @@
 """Fit the pipeline simulator to a measured run: per-stage times, hand-over latency, and the bubble
 the simulator predicts when fed a real trace's own action times (lesson 4's "measured vs simulated").
 
-Pure arithmetic on `Trace`s (as `simlab.sim.calibrate` is for DDP): what is left to disagree between a
+Pure arithmetic on `Trace`s (as `simlab.sim.data_parallel_calibrate` is for DDP): what is left to disagree between a
 real run and the simulation is only the waiting.
 """
 from __future__ import annotations

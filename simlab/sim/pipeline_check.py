@@ -18,7 +18,7 @@ from itertools import islice
 
 from .._checks import check_choice, check_divisible, check_int, check_ranks
 from .pipeline_engine import as_actions, deadlock_messages, run_blocking, shape
-from .schedules import SCHEDULES, make_schedule
+from .pipeline_schedules import SCHEDULES, make_schedule
 
 _WHAT = {"F": "forward", "B": "backward", "I": "input-gradient backward", "W": "weight-gradient backward"}
 

@@ -19,13 +19,13 @@ type has one set of constants (`simlab.sim.gpus`).
 """
 from __future__ import annotations
 
+from .advisor import fits
 from .hardware import cluster
 from .hybrid import Plan, check_plan
 from .hybrid_memory import per_gpu
 from .hybrid_time import step
 from .memory import per_gpu_bytes
 from .model import NARAYANAN_SHAPES, PRESETS
-from .advisor import fits
 from .published_runs import RUNS
 
 GIB = 2**30

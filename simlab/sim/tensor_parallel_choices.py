@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._checks import check_choice
 from ..trace import Event, Trace
 from .memory import PRECISIONS, comm_volume_per_step, per_gpu_bytes
-from .._checks import check_choice
 from .tensor_parallel import KINDS, _check_mlp, gelu, ring_bytes_sent, shard_plan
 
 TOKENS, HIDDEN, FFN, ITEMSIZE = 8, 8, 32, 4  # the explorer's MLP: ffn = 4·hidden, as in GPT

@@ -18,7 +18,7 @@ from simlab.exec.models import make_batch, make_block, make_input, make_mlp, tra
 from simlab.exec.pipeline import PipelineRank, make_stages
 from simlab.exec.tensor_parallel import ParallelMLP, ParallelSelfAttention
 from simlab.exec.zero import ZeroAdam
-from simlab.sim.schedules import zero_bubble
+from simlab.sim.pipeline_schedules import zero_bubble
 
 CPU = torch.device("cpu")
 

@@ -80,7 +80,7 @@ def _saved_bytes(gpt, x, y) -> int:
     return sum(saved.values())
 
 
-def test_the_run_3d_memory_bound_holds_the_activations_autograd_really_keeps():
+def test_the_hybrid_run_memory_bound_holds_the_activations_autograd_really_keeps():
     """`HybridRun.process_bytes`: 16 B per parameter and lesson 6's activation model; what the course's GPT
     really saves for the backward is at most the model's activations and not far below (0.7-0.95 of it)."""
     from simlab.exec.hybrid import gpt_for

@@ -13,7 +13,7 @@ from simlab.exec.pipeline import PipelineRank, make_stages
 from simlab.exec.tensor_parallel import ParallelMLP
 from simlab.exec.zero import ZeroAdam
 from simlab.sim.mesh import Mesh
-from simlab.sim.schedules import one_f_one_b
+from simlab.sim.pipeline_schedules import one_f_one_b
 
 TOL = 1e-6
 

@@ -110,21 +110,6 @@ def test_adam_update_is_torch_adam_bit_for_bit():
     assert torch.equal(m, opt.state[theirs]["exp_avg"]) and torch.equal(v, opt.state[theirs]["exp_avg_sq"])
 
 
-def test_skipping_the_reduction_is_caught(monkeypatch):
-    # each rank keeps its own slice of its own grads; the forked ranks inherit the patch
-    monkeypatch.setattr(Z, "reduce_scatter_mean", lambda rows, group=None: rows[Z.dist.get_rank(group)])
-    res = run_zero(2, 2, steps=5, global_batch=8, sizes=SIZES, compare_torch=False)
-    assert res["max_abs_diff_vs_reference"] > 100 * TOL
-
-
-def test_skipping_the_average_is_almost_invisible_to_adam(monkeypatch):
-    # Adam divides m by sqrt(v): grads N times too large change only the eps term — a lesson, not a bug
-    mean = Z.reduce_scatter_mean
-    monkeypatch.setattr(Z, "reduce_scatter_mean", lambda rows, group=None: mean(rows, group).mul_(rows.shape[0]))
-    res = run_zero(2, 2, steps=5, global_batch=8, sizes=SIZES, compare_torch=False)
-    assert 0 < res["max_abs_diff_vs_reference"] <= TOL
-
-
 def _collectives(rank, world_size):
     rows = torch.arange(8.0).view(2, 4) * (rank + 1)  # (N, S) padded buffer of this rank's grads
     mean = Z.reduce_scatter_mean(rows).clone()  # (4,) own shard of the mean
@@ -136,17 +121,6 @@ def test_reduce_scatter_mean_and_all_gather():
     (m0, g0), (m1, g1) = launch(_collectives, 2)
     assert m0 == [0.0, 1.5, 3.0, 4.5] and m1 == [6.0, 7.5, 9.0, 10.5]  # mean of 1x and 2x
     assert g0 == g1 == m0 + m1
-
-
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(stage=0), "stage=0"), (dict(stage=4), "stage=4"), (dict(stage="1"), "stage='1'"),
-    (dict(stage=1, world_size=3), "global_batch=16"), (dict(stage=1, offload=True), "offload=True"),
-    (dict(stage=2, offload="yes"), "offload='yes'"), (dict(stage=2, steps=0), "steps=0"),
-    (dict(stage=2, lr=0), "lr=0"),
-])
-def test_invalid_arguments_fail_before_launch(kwargs, message, no_launch):
-    with pytest.raises(ValueError, match=message):
-        run_zero(**kwargs)
 
 
 @pytest.mark.parametrize("stage", [1, 2, 3])

@@ -73,7 +73,7 @@ def test_zero_corners_train_like_one_process(stage, n, sizes):
 
 
 def test_stage_one_offload_is_refused_by_the_optimizer_itself():
-    from simlab.exec.zero import ZeroAdam
     from simlab.exec.models import make_mlp
+    from simlab.exec.zero import ZeroAdam
     with pytest.raises(ValueError, match="offload=True: needs stage 2 or 3"):
         ZeroAdam(make_mlp([3, 2]), 1, offload=True)  # refused before it asks for any process group

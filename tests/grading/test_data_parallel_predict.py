@@ -60,7 +60,7 @@ def test_the_reasons_follow_the_real_run_not_a_copy(real):
 
 def _grade(capsys, assign, ready=None):
     from simlab.grading.data_parallel import check_bucketing
-    from simlab.sim.buckets import BucketReadiness
+    from simlab.sim.data_parallel_buckets import BucketReadiness
     with pytest.raises(AssertionError):
         check_bucketing(assign, ready or BucketReadiness)
     out = capsys.readouterr().out
@@ -93,7 +93,7 @@ def test_each_bucketing_mistake_gets_its_reason(capsys, assign, reason):
 
 
 def test_each_launch_mistake_gets_its_reason(capsys):
-    from simlab.sim.buckets import BucketReadiness, assign_buckets
+    from simlab.sim.data_parallel_buckets import BucketReadiness, assign_buckets
 
     class Forgets(BucketReadiness):  # no return statement
         def mark_ready(self, p):

@@ -4,8 +4,17 @@ one run for all of them."""
 import pytest
 
 from simlab.grading import hybrid
-from simlab.grading.hybrid import BUDGETS, BYTES_WITHIN, GPUS_PER_NODE, PREDICTION_GRID, PREDICTION_RUN, WITHIN, \
-    check_budget_plan, check_network_prediction, check_tp_bytes_prediction
+from simlab.grading.hybrid import (
+    BUDGETS,
+    BYTES_WITHIN,
+    GPUS_PER_NODE,
+    PREDICTION_GRID,
+    PREDICTION_RUN,
+    WITHIN,
+    check_budget_plan,
+    check_network_prediction,
+    check_tp_bytes_prediction,
+)
 from simlab.sim.advisor import search
 from simlab.sim.hybrid import Plan
 from simlab.sim.mesh import KINDS, Mesh

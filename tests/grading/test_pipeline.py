@@ -3,7 +3,7 @@ import pytest
 
 from simlab.grading.pipeline import check_one_f_one_b
 from simlab.plan import Action
-from simlab.sim.schedules import gpipe, one_f_one_b
+from simlab.sim.pipeline_schedules import gpipe, one_f_one_b
 
 
 def test_accepts_the_reference(capsys):

@@ -2,11 +2,16 @@
 answer fails with the line that explains it. The prediction is graded against real runs (gloo, CPU)."""
 import pytest
 
-from simlab.grading.pipeline import (BROKEN_ONE_F_ONE_B, PREDICT_MICROBATCHES, PREDICT_STAGES,
-                                     check_peak_prediction, check_repaired_schedule)
+from simlab.grading.pipeline import (
+    BROKEN_ONE_F_ONE_B,
+    PREDICT_MICROBATCHES,
+    PREDICT_STAGES,
+    check_peak_prediction,
+    check_repaired_schedule,
+)
 from simlab.parity.pipeline import run_pipeline
 from simlab.sim.pipeline_check import validate
-from simlab.sim.schedules import gpipe, one_f_one_b
+from simlab.sim.pipeline_schedules import gpipe, one_f_one_b
 
 
 def _fails(check, *args, capsys) -> str:

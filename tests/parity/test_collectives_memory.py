@@ -14,7 +14,7 @@ import simlab.sim.collectives as SC
 from simlab.exec import collectives as C
 from simlab.plan import chunk_offsets
 from simlab.sim.collectives import PLANS, input_pieces, make_inputs, make_plan
-from simlab.sim.stepper import expected_final, expected_pieces, simulate
+from simlab.sim.collectives_stepper import expected_final, expected_pieces, simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 

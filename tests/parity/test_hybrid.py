@@ -2,8 +2,8 @@
 (and the interleaved schedule where there is a pipeline), the losses of every step and every parameter
 after the last equal one process's within 1e-5, every group carries exactly the bytes the model
 predicts, and every rank holds exactly the model states the memory model predicts. And the run is
-described once: `simlab run 3d` builds one `HybridRun`, checks it once, and hands that very spec to the
-workers."""
+described once: `simlab run hybrid` (or its first name, `run 3d`) builds one `HybridRun`, checks it once, and
+hands that very spec to the workers."""
 import inspect
 import itertools
 
@@ -87,7 +87,8 @@ class Stop(BaseException):
     """Raised where the workers would start (a BaseException: the CLI's `except Exception` lets it by)."""
 
 
-def test_simlab_run_3d_builds_and_checks_the_run_once_and_hands_that_spec_to_the_workers(monkeypatch):
+@pytest.mark.parametrize("target", ["hybrid", "3d"])
+def test_simlab_run_hybrid_builds_and_checks_the_run_once_and_hands_that_spec_to_the_workers(monkeypatch, target):
     from simlab.cli import main
     built, checked, launched = [], [], []
     build, check_run = HybridRun.build.__func__, P.check_run
@@ -104,26 +105,26 @@ def test_simlab_run_3d_builds_and_checks_the_run_once_and_hands_that_spec_to_the
     monkeypatch.setattr(P, "check_run", lambda *a: checked.append(a) or check_run(*a))
     monkeypatch.setattr(P, "launch", fake_launch)
     with pytest.raises(Stop):
-        main(["run", "3d", "--tp", "2", "--steps", "1", "--backend", "gloo"])
+        main(["run", target, "--tp", "2", "--steps", "1", "--backend", "gloo"])
     (spec,) = built
     assert (spec.plan.tp, spec.plan.dp, spec.plan.pp, spec.steps, spec.backend) == (2, 1, 1, 1, "gloo")
     assert checked == [(2, "gloo", 120.0, 0)]  # the backend, resolved once
-    assert launched == [(P.train_3d, 2, (spec,), {"backend": "gloo", "timeout": 120.0})]
+    assert launched == [(P.train_hybrid, 2, (spec,), {"backend": "gloo", "timeout": 120.0})]
 
 
-def test_simlab_run_3d_refuses_the_memory_the_spec_computes(monkeypatch, capsys, no_launch):
+def test_simlab_run_hybrid_refuses_the_memory_the_spec_computes(monkeypatch, capsys, no_launch):
     import simlab.cli.common as C
     from simlab.cli import main
     spec = HybridRun.build(tp=1, dp=2, pp=1, hidden=64, heads=2)
     monkeypatch.setattr(C, "available_memory", lambda: 1.9 * spec.machine_bytes())
     with pytest.raises(SystemExit):
-        main(["run", "3d", "--dp", "2", "--hidden", "64", "--heads", "2"])
+        main(["run", "hybrid", "--dp", "2", "--hidden", "64", "--heads", "2"])
     err = capsys.readouterr().err
     assert f"--hidden=64 --layers=2 --microbatches=2: the GPT and its batch would need about " \
            f"{spec.machine_bytes() / 1e9:.3g} GB" in err and err.count("\n") == 1
     monkeypatch.setattr(C, "available_memory", lambda: 2.1 * spec.machine_bytes())
     with pytest.raises(BaseException, match="a process was started"):  # room enough: on to the launch
-        main(["run", "3d", "--dp", "2", "--hidden", "64", "--heads", "2", "--backend", "gloo"])
+        main(["run", "hybrid", "--dp", "2", "--hidden", "64", "--heads", "2", "--backend", "gloo"])
 
 
 def test_the_strategy_explorer_runs_its_plan_by_keyword():

@@ -7,12 +7,11 @@ import numpy as np
 
 matplotlib.use("Agg")
 
-from simlab.sim.collectives import ring_all_reduce  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.sim.stepper import simulate  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.collectives import (  # noqa: E402 — after matplotlib.use("Agg")
-    player_figure, player_frame, step_player, verdict_html)
-from simlab.render.mpl import png_size  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.collectives import player_figure, player_frame, step_player, verdict_html  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.picture import png_size  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.player import FramePlayer  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.collectives import ring_all_reduce  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.collectives_stepper import simulate  # noqa: E402 — after matplotlib.use("Agg")
 
 PLAN = ring_all_reduce(3, 6)
 SIM = simulate(PLAN).steps

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 
 from simlab.parity.collectives import run_collective  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.collectives import ring_lab  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.mpl import png_size  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.picture import png_size  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.player import FramePlayer  # noqa: E402 — after matplotlib.use("Agg")
 
 

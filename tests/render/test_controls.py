@@ -5,7 +5,7 @@ import json
 import pytest
 from matplotlib.figure import Figure
 
-from simlab.render.controls import Panel, figure_image, run_control, show_figure, table_html, trace_link, readout_html
+from simlab.render.controls import Panel, figure_image, readout_html, run_control, show_figure, table_html, trace_link
 from simlab.render.picture import DISPLAY_DPI, PIXEL_SCALE, figure_png, png_size, render_png
 from simlab.render.player import MAX_INTERVAL_MS, frame_player, reveal_player
 from simlab.trace import Event, Trace

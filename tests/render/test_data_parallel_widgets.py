@@ -11,10 +11,8 @@ matplotlib.use("Agg")
 
 from simlab.parity.data_parallel import run_dp_and_ddp  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.controls import Panel  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.data_parallel import (  # noqa: E402 — after matplotlib.use("Agg")
-    BANDWIDTH_GBPS, BUCKET_CAP_MB, MODEL_MPARAMS, dp_ddp_explorer,
-    explorer_frame)
-from simlab.render.text import _fmt  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.data_parallel import BANDWIDTH_GBPS, BUCKET_CAP_MB, MODEL_MPARAMS, dp_ddp_explorer, explorer_frame  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.style import fmt  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.data_parallel import compare, workload_from_layers  # noqa: E402 — after matplotlib.use("Agg")
 
 NOTEBOOK = pathlib.Path(__file__).parents[2] / "notebooks/02_data_parallel.ipynb"
@@ -37,9 +35,9 @@ def test_every_knob_starts_on_its_grid_at_the_lessons_default_scene():
     assert [label for label, v in knobs["model_mparams"].options if v == knobs["model_mparams"].value] == ["14.7 M"]
     # the explorer shows the very step times the lesson printed, and its text says so
     c = compare(scene)
-    assert _fmt(c["dp_step_seconds"]) in panel.summary.value and _fmt(c["ddp_step_seconds"]) in panel.summary.value
+    assert fmt(c["dp_step_seconds"]) in panel.summary.value and fmt(c["ddp_step_seconds"]) in panel.summary.value
     prose = " ".join("".join(cell["source"]) for cell in json.loads(NOTEBOOK.read_text())["cells"])
-    assert f"DP {_fmt(c['dp_step_seconds'])}, DDP {_fmt(c['ddp_step_seconds'])}" in " ".join(prose.split())
+    assert f"DP {fmt(c['dp_step_seconds'])}, DDP {fmt(c['ddp_step_seconds'])}" in " ".join(prose.split())
 
 
 def test_a_start_off_the_grid_is_refused_in_one_line():

@@ -7,11 +7,8 @@ import pytest
 matplotlib.use("Agg")
 
 from simlab.render.hybrid_advisor import advisor_text  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.hybrid_run import (  # noqa: E402 — after matplotlib.use("Agg")
-    TOLERANCE, draw_predicted_vs_real, run_text, time_text)
-from simlab.render.hybrid_widgets import (  # noqa: E402 — after matplotlib.use("Agg")
-    GANTT_ACTIONS, SHOWN, scaled_down, strategy_explorer,
-    strategy_frame)
+from simlab.render.hybrid_run import TOLERANCE, draw_predicted_vs_real, run_text, time_text  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.hybrid_widgets import GANTT_ACTIONS, SHOWN, scaled_down, strategy_explorer, strategy_frame  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.advisor import family, search  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.hardware import cluster  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.hybrid_scenarios import BY_KEY, SCENARIOS  # noqa: E402 — after matplotlib.use("Agg")

@@ -4,12 +4,13 @@ import pytest
 
 matplotlib.use("Agg")
 
+from simlab.render.pipeline import draw_gantt, draw_gantt_sim_vs_real, gantt_text  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.pipeline_widgets import explorer_frame  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.style import OP_COLOR  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.pipeline import bubble_fraction, makespan, simulate  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.pipeline import explore as explorer_run  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.sim.schedules import make_schedule, nearest_valid as fitted  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.pipeline import (  # noqa: E402 — after matplotlib.use("Agg")
-    OP_COLOR, draw_gantt, draw_sim_vs_real, gantt_text)
-from simlab.render.pipeline_widgets import explorer_frame  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.pipeline_schedules import make_schedule  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.pipeline_schedules import nearest_valid as fitted
 from simlab.trace import Event, Trace  # noqa: E402 — after matplotlib.use("Agg")
 
 
@@ -66,7 +67,7 @@ def test_idle_time_in_the_picture_is_the_bubble():
 def test_sim_vs_real_share_one_time_axis():
     sim = simulate(make_schedule("gpipe", 2, 1), t_f=0.001, t_b=0.002)
     real = Trace(Event(e.rank, "compute", e.step, name=e.name, start=e.start * 1.5, end=e.end * 1.5) for e in sim)
-    fig = draw_sim_vs_real(sim, real, 2)
+    fig = draw_gantt_sim_vs_real(sim, real, 2)
     top, bottom = fig.axes[:2]
     assert top.get_xlim() == bottom.get_xlim() and len(boxes(top)) == len(boxes(bottom)) == 4
     # the shared time axis is labelled once, on the panel that shows its tick labels

@@ -13,16 +13,18 @@ import pytest
 
 matplotlib.use("Agg")
 
+from matplotlib.font_manager import FontProperties  # noqa: E402 — after matplotlib.use("Agg")
+from matplotlib.textpath import TextPath  # noqa: E402 — after matplotlib.use("Agg")
+
 from simlab.exec.launch import LaunchTimeout  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.parity.pipeline import run_pipeline  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render import pipeline_widgets as PW  # noqa: E402 — after matplotlib.use("Agg")
-from matplotlib.font_manager import FontProperties  # noqa: E402 — after matplotlib.use("Agg")
-from matplotlib.textpath import TextPath  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.mpl import MIN_FONT, render_png  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.pipeline import draw_gantt, draw_sim_vs_real  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.picture import render_png  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.pipeline import draw_gantt, draw_gantt_sim_vs_real  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.player import FramePlayer  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.style import MIN_FONT  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.pipeline import explore, makespan, simulate  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.sim.schedules import make_schedule  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.pipeline_schedules import make_schedule  # noqa: E402 — after matplotlib.use("Agg")
 
 LESSON = dict(name="1f1b", stages=4, microbatches=8, chunks=2, ratio=2.0)  # section 7's call
 
@@ -105,7 +107,7 @@ def test_the_simulated_trace_link_holds_the_shown_trace(explorer):
 def test_every_word_on_the_figures_is_at_least_ten_points():
     fig = draw_gantt(explore("zero-bubble", 4, 8)[1], 4, title="t")
     sim = simulate(make_schedule("gpipe", 2, 2), t_f=0.001, t_b=0.002)
-    for f in (fig, draw_sim_vs_real(sim, sim, 2)):
+    for f in (fig, draw_gantt_sim_vs_real(sim, sim, 2)):
         texts = [t for t in f.findobj(matplotlib.text.Text) if t.get_text()]
         assert texts and min(t.get_fontsize() for t in texts) >= MIN_FONT
     # the box labels are outlines, not Text: as tall as a MIN_FONT digit drawn by matplotlib

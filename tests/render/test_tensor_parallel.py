@@ -8,15 +8,22 @@ import pytest
 matplotlib.use("Agg")
 
 from simlab.parity.tensor_parallel import run_tp  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.tensor_parallel import (  # noqa: E402 — after matplotlib.use("Agg")
-    draw_mlp_shards, draw_split, draw_tp_steps, real_counts_line)
+from simlab.render.tensor_parallel import draw_mlp_shards, draw_split, draw_tp_steps, real_counts_line  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.tensor_parallel_widgets import (  # noqa: E402 — after matplotlib.use("Agg")
-    FFN, HIDDEN, TOKENS, mlp_explorer, mlp_inputs, mlp_split_frame,
-    plan_steps, split_error, step_frame, steps_player, steps_text,
-    sync_rows)
-from simlab.sim.tensor_parallel import (  # noqa: E402 — after matplotlib.use("Agg")
-    COMBINE, block_steps, bytes_per_rank,
-    count_collectives, shard_plan, split_linear)
+    FFN,
+    HIDDEN,
+    TOKENS,
+    mlp_explorer,
+    mlp_inputs,
+    mlp_split_frame,
+    plan_steps,
+    split_error,
+    step_frame,
+    steps_player,
+    steps_text,
+    sync_rows,
+)
+from simlab.sim.tensor_parallel import COMBINE, block_steps, bytes_per_rank, count_collectives, shard_plan, split_linear  # noqa: E402 — after matplotlib.use("Agg")
 
 X = np.arange(16).reshape(2, 8)  # (b, in)
 W = np.arange(96).reshape(8, 12)  # (in, out)

@@ -13,14 +13,19 @@ matplotlib.use("Agg")
 
 from simlab.parity.tensor_parallel import run_tp, run_tp_split  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.player import FramePlayer  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.tensor_parallel import (  # noqa: E402 — after matplotlib.use("Agg")
-    draw_mlp_shards, draw_split, draw_tp_steps)
+from simlab.render.tensor_parallel import draw_mlp_shards, draw_split, draw_tp_steps  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.tensor_parallel_widgets import (  # noqa: E402 — after matplotlib.use("Agg")
-    TP_SIZES, mlp_explorer, mlp_split_frame, plan_steps,
-    real_split_line, real_split_rows, step_frame, steps_player)
+    TP_SIZES,
+    mlp_explorer,
+    mlp_split_frame,
+    plan_steps,
+    real_split_line,
+    real_split_rows,
+    step_frame,
+    steps_player,
+)
 from simlab.sim.tensor_parallel import block_steps, split_linear  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.sim.tensor_parallel_choices import (  # noqa: E402 — after matplotlib.use("Agg")
-    mlp_inputs, split_error, split_trace, sync_rows)
+from simlab.sim.tensor_parallel_choices import mlp_inputs, split_error, split_trace, sync_rows  # noqa: E402 — after matplotlib.use("Agg")
 
 CHOICES = [(a, b) for a in ("column", "row") for b in ("column", "row")]
 

@@ -1,15 +1,20 @@
 """Lesson 3's ZeRO pictures: the bars show per_gpu_bytes, the grid shows the walkthrough's holdings."""
-import ipywidgets as w
 import matplotlib
 import pytest
 
 matplotlib.use("Agg")
 
-from simlab.sim.memory import per_gpu_bytes  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.sim.zero import holdings_text, walkthrough  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.zero import (  # noqa: E402 — after matplotlib.use("Agg")
-    calculator_rows, calculator_table, calculator_title, draw_memory_bars,
-    draw_memory_curve, draw_zero_step, gb)
+    calculator_rows,
+    calculator_table,
+    calculator_title,
+    draw_memory_bars,
+    draw_memory_curve,
+    draw_zero_step,
+    gb,
+)
+from simlab.sim.memory import per_gpu_bytes  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.zero import walkthrough  # noqa: E402 — after matplotlib.use("Agg")
 
 PSI, N = 7_500_000_000, 64
 PAPER_GB = ["120", "31.4", "16.6", "1.88"]  # ZeRO paper, Figure 1 (120, 31.4, 16.6, 1.9 GB), 3 digits

@@ -10,13 +10,17 @@ matplotlib.use("Agg")
 
 from matplotlib.text import Text  # noqa: E402 — after matplotlib.use("Agg")
 
-from simlab.render.mpl import PIXEL_SCALE, figure_png, png_size  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.picture import PIXEL_SCALE, figure_png, png_size  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.player import FramePlayer  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.zero import (  # noqa: E402 — after matplotlib.use("Agg")
-    calculator_rows, calculator_title, draw_memory_bars, draw_memory_curve,
-    draw_offload_timeline, draw_real_vs_model, draw_zero_step, real_run_text)
-from simlab.render.zero_widgets import (  # noqa: E402 — after matplotlib.use("Agg")
-    memory_calculator, walkthrough_player, zero_explorer)
+    calculator_rows,
+    calculator_title,
+    draw_memory_bars,
+    draw_memory_curve,
+    draw_offload_timeline,
+    draw_zero_step,
+)
+from simlab.render.zero_widgets import memory_calculator, walkthrough_player, zero_explorer  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.memory import comm_volume_per_step, per_gpu_bytes  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.zero import holdings_text, walkthrough  # noqa: E402 — after matplotlib.use("Agg")
 
@@ -141,20 +145,6 @@ def test_explorer_runs_the_chosen_stage_for_real():
     assert f"{kept[0]} / {kept[0]}" in text and f"{sent} / {sent}" in text and real["bytes_sent_per_rank"] == [sent] * 3
     assert "same events in the same order" in text and "≠" not in text
     assert "zero2_real.json" in control.extra.children[0].value
-
-
-def test_real_run_view_is_readable_and_marks_a_different_order():
-    real = run_real(3)
-    fig = draw_real_vs_model(real)
-    readable(fig)
-    values = [t.get_text() for ax in fig.axes for t in ax.texts if t.get_gid() == "value"]
-    assert values == [str(v) for v in [sum(real["measured_bytes_per_rank"][0][k] for k in
-                                           ("params", "grads", "optimizer"))] * 3 + real["bytes_sent_per_rank"]]
-    assert fig._suptitle.get_text() == "ZeRO-3 on 3 processes: measured = model"
-    worse = {**real, "bytes_sent_per_rank": [v + 4 for v in real["bytes_sent_per_rank"]]}
-    assert "measured ≠ model" in draw_real_vs_model(worse)._suptitle.get_text()
-    assert "same events in the same order" in real_run_text(real, 3)
-    assert "the orders differ (≠)" in real_run_text({**real, "stage": 2}, 3)  # a stage 3 run against stage 2
 
 
 def test_a_failed_run_is_one_line():

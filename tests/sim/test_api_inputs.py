@@ -16,8 +16,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simlab._checks import MAX_COUNT
-from simlab.sim import buckets, calibrate, collectives, cost, data_parallel, memory, pipeline, schedules
-from simlab.sim import stepper, tensor_parallel, zero
+from simlab.sim import (
+    collectives,
+    collectives_stepper,
+    cost,
+    data_parallel,
+    data_parallel_buckets,
+    data_parallel_calibrate,
+    memory,
+    pipeline,
+    pipeline_schedules,
+    tensor_parallel,
+    zero,
+)
 
 
 def refused(call, *names):
@@ -37,33 +48,36 @@ def refused(call, *names):
 @pytest.mark.parametrize("call, name", [
     (lambda: cost.ring_all_reduce_seconds(4, 10 ** 400), "nbytes"),
     (lambda: cost.ring_all_reduce_seconds(4, 8, alpha=10 ** 400), "alpha"),
-    (lambda: pipeline.simulate(schedules.gpipe(2, 2), t_comm=10 ** 400), "t_comm"),
-    (lambda: pipeline.simulate(schedules.gpipe(2, 2), t_f=[1, 10 ** 400]), "t_f"),
-    (lambda: calibrate.fit_alpha_beta([10 ** 400], [8], 2), "durations")])
+    (lambda: pipeline.simulate(pipeline_schedules.gpipe(2, 2), t_comm=10 ** 400), "t_comm"),
+    (lambda: pipeline.simulate(pipeline_schedules.gpipe(2, 2), t_f=[1, 10 ** 400]), "t_f"),
+    (lambda: cost.fit_alpha_beta([10 ** 400], [8], 2), "durations")])
 def test_huge_ints_are_not_finite(call, name):
     """An int too big for a float is refused like inf (it was an OverflowError in the arithmetic)."""
     assert refused(call, name)
 
 
 @pytest.mark.parametrize("call", [
-    lambda: schedules.one_f_one_b(0, 8), lambda: schedules.interleaved(0, 8, 2), lambda: schedules.naive(0),
-    lambda: schedules.gpipe(-1, 2), lambda: schedules.zero_bubble(0, 4), lambda: schedules.naive(True),
-    lambda: schedules.gpipe(2.0, 2), lambda: schedules.nearest_valid("interleaved", 0, 6, 2)])
+    lambda: pipeline_schedules.one_f_one_b(0, 8), lambda: pipeline_schedules.interleaved(0, 8, 2),
+    lambda: pipeline_schedules.naive(0), lambda: pipeline_schedules.gpipe(-1, 2),
+    lambda: pipeline_schedules.zero_bubble(0, 4), lambda: pipeline_schedules.naive(True),
+    lambda: pipeline_schedules.gpipe(2.0, 2), lambda: pipeline_schedules.nearest_valid("interleaved", 0, 6, 2)])
 def test_schedule_builders_refuse_no_stages(call):
     assert refused(call, "stages").startswith("stages=")
 
 
 @pytest.mark.parametrize("call, name", [
-    (lambda: schedules.one_f_one_b(4, 0), "microbatches"), (lambda: schedules.gpipe(4, -2), "microbatches"),
-    (lambda: schedules.zero_bubble(4, 1.5), "microbatches"), (lambda: schedules.interleaved(4, 8, 0), "chunks"),
-    (lambda: schedules.interleaved(4, 8, False), "chunks"),
-    (lambda: schedules.nearest_valid("1f1b", 4, None, 1), "microbatches")])
+    (lambda: pipeline_schedules.one_f_one_b(4, 0), "microbatches"),
+    (lambda: pipeline_schedules.gpipe(4, -2), "microbatches"),
+    (lambda: pipeline_schedules.zero_bubble(4, 1.5), "microbatches"),
+    (lambda: pipeline_schedules.interleaved(4, 8, 0), "chunks"),
+    (lambda: pipeline_schedules.interleaved(4, 8, False), "chunks"),
+    (lambda: pipeline_schedules.nearest_valid("1f1b", 4, None, 1), "microbatches")])
 def test_schedule_builders_refuse_bad_sizes(call, name):
     assert refused(call, name).startswith(f"{name}=")
 
 
 def test_format_grid_refuses_what_is_not_a_schedule():
-    refused(lambda: schedules.format_grid(5), "schedule")
+    refused(lambda: pipeline_schedules.format_grid(5), "schedule")
 
 
 def test_cost_closed_forms_refuse_zero_ranks_instead_of_dividing_by_zero():
@@ -111,18 +125,18 @@ def test_plan_cache_does_not_take_a_float_or_bool_for_an_int():
     refused(lambda: collectives.canonical(["ring-all-reduce"]), "collective")
 
 
-def test_stepper_simulate_refuses_what_is_not_a_plan():
-    refused(lambda: stepper.simulate("x"), "plan")  # was an AttributeError
+def test_collectives_stepper_simulate_refuses_what_is_not_a_plan():
+    refused(lambda: collectives_stepper.simulate("x"), "plan")  # was an AttributeError
     plan = collectives.ring_all_reduce(4, 8)
-    refused(lambda: stepper.simulate(plan, seed=-1), "seed")
-    refused(lambda: stepper.simulate(plan, alpha=math.nan), "alpha")
-    refused(lambda: stepper.simulate(plan, inputs=5), "inputs")
-    refused(lambda: stepper.simulate(plan, inputs=[[0.5] * 8] * 4), "inputs")  # was silently truncated
+    refused(lambda: collectives_stepper.simulate(plan, seed=-1), "seed")
+    refused(lambda: collectives_stepper.simulate(plan, alpha=math.nan), "alpha")
+    refused(lambda: collectives_stepper.simulate(plan, inputs=5), "inputs")
+    refused(lambda: collectives_stepper.simulate(plan, inputs=[[0.5] * 8] * 4), "inputs")  # was silently truncated
 
 
 def test_pipeline_functions_refuse_bad_arguments():
     refused(lambda: pipeline.simulate("x"), "schedule")
-    trace = pipeline.simulate(schedules.gpipe(2, 2))
+    trace = pipeline.simulate(pipeline_schedules.gpipe(2, 2))
     assert refused(lambda: pipeline.bubble_fraction(trace, 0), "ranks").startswith("ranks=0")
     refused(lambda: pipeline.bubble_fraction(trace, 2.0), "ranks")
     refused(lambda: pipeline.bubble_fraction("x", 2), "trace")  # was an AttributeError
@@ -139,7 +153,7 @@ def test_pipeline_functions_refuse_bad_arguments():
     (dict(t_comm=math.inf), "t_comm"), (dict(action_times=[[1.0] * 4, [math.nan] * 4]), "action_times"),
     (dict(action_times=[[1.0] * 4, [math.inf] * 4]), "action_times"), (dict(action_times=5), "action_times")])
 def test_pipeline_simulate_refuses_infinite_times(kwargs, name):
-    refused(lambda: pipeline.simulate(schedules.gpipe(2, 2), **kwargs), name)
+    refused(lambda: pipeline.simulate(pipeline_schedules.gpipe(2, 2), **kwargs), name)
 
 
 def test_memory_helpers_refuse_zero_ranks():
@@ -151,11 +165,11 @@ def test_memory_helpers_refuse_zero_ranks():
 
 
 def test_buckets_refuse_bad_arguments():
-    refused(lambda: buckets.assign_buckets(5, 100), "param_nbytes")
-    ready = buckets.BucketReadiness([[1], [0]])
+    refused(lambda: data_parallel_buckets.assign_buckets(5, 100), "param_nbytes")
+    ready = data_parallel_buckets.BucketReadiness([[1], [0]])
     refused(lambda: ready.mark_ready(7), "param_index")  # was a KeyError
-    refused(lambda: buckets.BucketReadiness(5), "buckets")
-    refused(lambda: buckets.BucketReadiness([[0, "x"]]), "buckets")
+    refused(lambda: data_parallel_buckets.BucketReadiness(5), "buckets")
+    refused(lambda: data_parallel_buckets.BucketReadiness([[0, "x"]]), "buckets")
 
 
 def test_data_parallel_refuses_infinite_times_and_wrong_types():
@@ -206,13 +220,14 @@ def test_zero_refuses_bad_arguments():
 
 
 def test_calibrate_refuses_bad_arguments():
-    refused(lambda: calibrate.fit_alpha_beta([1.0], [100], 0), "world_size")  # was a negative alpha
-    refused(lambda: calibrate.fit_alpha_beta([], [], 2), "durations")  # was nan
-    refused(lambda: calibrate.fit_alpha_beta([1.0, 2.0], [100], 2), "nbytes")
-    refused(lambda: calibrate.fit_alpha_beta([math.nan], [100], 2), "durations")
-    refused(lambda: calibrate.fit_alpha_beta([1.0], [-1], 2), "nbytes")
-    refused(lambda: calibrate.fit_ddp_workload([], [10], ["w"], 0, 8, 25.0), "world_size")  # was ZeroDivisionError
-    refused(lambda: calibrate.fit_ddp_workload([], [10], ["w", "b"], 2, 8, 25.0), "param_names")
+    refused(lambda: cost.fit_alpha_beta([1.0], [100], 0), "world_size")  # was a negative alpha
+    refused(lambda: cost.fit_alpha_beta([], [], 2), "durations")  # was nan
+    refused(lambda: cost.fit_alpha_beta([1.0, 2.0], [100], 2), "nbytes")
+    refused(lambda: cost.fit_alpha_beta([math.nan], [100], 2), "durations")
+    refused(lambda: cost.fit_alpha_beta([1.0], [-1], 2), "nbytes")
+    refused(lambda: data_parallel_calibrate.fit_ddp_workload([], [10], ["w"], 0, 8, 25.0),  # was ZeroDivisionError
+            "world_size")
+    refused(lambda: data_parallel_calibrate.fit_ddp_workload([], [10], ["w", "b"], 2, 8, 25.0), "param_names")
 
 
 # ---- properties: any junk in a size argument gives a result or a one-line error naming it ----
@@ -248,12 +263,12 @@ def outcome(call, args: dict):
 
 
 @PROPERTY
-@given(name=st.sampled_from(sorted(schedules.SCHEDULES)), p=JUNK, m=JUNK, v=JUNK)
+@given(name=st.sampled_from(sorted(pipeline_schedules.SCHEDULES)), p=JUNK, m=JUNK, v=JUNK)
 def test_schedule_builders_property(name, p, m, v):
     small = all(type(x) is not int or x < 50 for x in (p, m, v))  # keep the valid schedules small
     if not small:
         return
-    fn = schedules.SCHEDULES[name]
+    fn = pipeline_schedules.SCHEDULES[name]
     args = {"naive": (p,), "interleaved": (p, m, v)}.get(name, (p, m))
     valid = dict(zip(("stages", "microbatches", "chunks"), map(is_size, args)))
     if name == "interleaved" and all(valid.values()) and m % p:
@@ -261,7 +276,7 @@ def test_schedule_builders_property(name, p, m, v):
     sched = outcome(lambda: fn(*args), valid)
     if sched is not None:
         assert len(sched) == p and all(sched)
-    near = outcome(lambda: schedules.nearest_valid(name, p, m, v),
+    near = outcome(lambda: pipeline_schedules.nearest_valid(name, p, m, v),
                    dict(zip(("stages", "microbatches", "chunks"), (is_size(p), is_size(m), is_size(v)))))
     assert near is None or all(is_size(x) for x in near)
 
@@ -296,13 +311,13 @@ def test_collective_plans_property(name, world_size, numel, itemsize):
              "itemsize": is_size(itemsize)}
     plan = outcome(lambda: collectives.plan_for(name, world_size, numel, itemsize), valid)
     if plan is not None and numel < 1000 and itemsize <= 16:  # (10**400-byte elements overflow the α-β floats)
-        assert stepper.simulate(plan).final_ok
+        assert collectives_stepper.simulate(plan).final_ok
 
 
 @PROPERTY
 @given(trace_ranks=JUNK, stages=JUNK, m=JUNK, ratio=NUMBERS, t_f=NUMBERS, t_comm=NUMBERS)
 def test_pipeline_property(trace_ranks, stages, m, ratio, t_f, t_comm):
-    trace = pipeline.simulate(schedules.gpipe(2, 2))
+    trace = pipeline.simulate(pipeline_schedules.gpipe(2, 2))
     share = outcome(lambda: pipeline.bubble_fraction(trace, trace_ranks),
                     {"ranks": is_size(trace_ranks) and trace_ranks <= MAX_COUNT})
     assert share is None or share <= 1
@@ -315,7 +330,7 @@ def test_pipeline_property(trace_ranks, stages, m, ratio, t_f, t_comm):
             return  # t_b = ratio·t_f: fine, but not what this property is about
         outcome(lambda: pipeline.explore("gpipe", stages, m, ratio=ratio), valid)
     times = {"t_f": is_number(t_f, positive=True), "t_comm": is_number(t_comm)}
-    outcome(lambda: pipeline.simulate(schedules.gpipe(2, 2), t_f=t_f, t_comm=t_comm), times)
+    outcome(lambda: pipeline.simulate(pipeline_schedules.gpipe(2, 2), t_f=t_f, t_comm=t_comm), times)
 
 
 @PROPERTY
@@ -378,5 +393,5 @@ def test_fit_alpha_beta_property(durations, world_size):
     nbytes = [1000 * (i + 1) for i in range(len(durations))]
     valid = {"durations": bool(durations) and all(is_number(d) for d in durations),
              "world_size": is_size(world_size) and world_size <= MAX_COUNT}
-    fit = outcome(lambda: calibrate.fit_alpha_beta(durations, nbytes, world_size), valid)
+    fit = outcome(lambda: cost.fit_alpha_beta(durations, nbytes, world_size), valid)
     assert fit is None or (fit[0] >= 0 and fit[1] > 0)

@@ -6,10 +6,20 @@ import pytest
 from sampling import sample  # tests/sampling.py: every case under make test-full, a daily sample else
 
 from simlab.plan import split_sizes
-from simlab.sim.collectives import (ALIASES, COLLECTIVES, canonical, make_inputs, make_plan, naive_all_reduce,
-                                    ring_all_gather, ring_all_reduce, ring_reduce_scatter, tree_broadcast)
+from simlab.sim.collectives import (
+    ALIASES,
+    COLLECTIVES,
+    canonical,
+    make_inputs,
+    make_plan,
+    naive_all_reduce,
+    ring_all_gather,
+    ring_all_reduce,
+    ring_reduce_scatter,
+    tree_broadcast,
+)
+from simlab.sim.collectives_stepper import PlanError, simulate
 from simlab.sim.cost import alpha_beta, naive_all_reduce_seconds, ring_all_reduce_seconds
-from simlab.sim.stepper import PlanError, simulate
 
 SIZES = [1, 2, 3, 7, 64, 1000, 1001]
 # n = 1..64 under `make test-full`; `make test` always checks the edges (1, 2, 3, powers of two, a prime, 63, 64)

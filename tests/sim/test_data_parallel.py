@@ -1,11 +1,18 @@
 """DP vs DDP step model: closed forms for bytes and times, overlap, the scenarios the lesson shows."""
 import pytest
 
-from simlab.sim.buckets import assign_buckets
 from simlab.sim.collectives import ring_all_reduce
 from simlab.sim.cost import ring_all_reduce_seconds
-from simlab.sim.data_parallel import (DEFAULT_LAYERS, MIB, Workload, compare, simulate_ddp,
-                                      simulate_dp, workload_from_layers)
+from simlab.sim.data_parallel import (
+    DEFAULT_LAYERS,
+    MIB,
+    Workload,
+    compare,
+    simulate_ddp,
+    simulate_dp,
+    workload_from_layers,
+)
+from simlab.sim.data_parallel_buckets import assign_buckets
 
 DP_PHASES = ["scatter inputs", "replicate", "fwd", "gather outputs", "loss", "scatter grads", "bwd",
              "reduce grads", "update"]
@@ -261,7 +268,7 @@ def test_torch_rule_buckets_match_torchs_real_ddp(cap_mb):
     """The facts lesson 2 states, on torch itself: one bucket first, then rebuilt buckets that close once
     they reach the cap (1 MiB for the first with the default cap)."""
     from simlab.exec.launch import launch
-    from simlab.sim.buckets import torch_rule_buckets
+    from simlab.sim.data_parallel_buckets import torch_rule_buckets
     seen = launch(_torch_ddp_buckets, 1, cap_mb, backend="gloo", timeout=60)[0]
     sizes = [4 * 512 * 512, 4 * 512] * 6
     assert seen[0][0] == str(sum(sizes))  # the first iteration: every parameter in one bucket

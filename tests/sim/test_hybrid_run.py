@@ -1,6 +1,6 @@
 """`simlab.sim.hybrid_run.HybridRun`: one description of a real 3-D run, built from the knobs with every check
 made there, once: the defaults the lesson's runs rely on, each refusal in one line naming the argument, the
-instance always runnable, and the memory bound `simlab run 3d` checks, in closed form."""
+instance always runnable, and the memory bound `simlab run hybrid` checks, in closed form."""
 import dataclasses
 import math
 

@@ -17,8 +17,8 @@ from simlab.sim.hybrid_time import pipeline_factor, step
 from simlab.sim.model import PRESETS, Transformer
 from simlab.sim.network import all_gather, all_reduce, reduce_scatter, send
 from simlab.sim.pipeline import bubble_fraction, closed_form_bubble, makespan, simulate
+from simlab.sim.pipeline_schedules import make_schedule
 from simlab.sim.published import korthikanti_table_5, narayanan_table_1
-from simlab.sim.schedules import make_schedule
 
 TARGET = 0.15
 OLD = dict(attention="eager", overlap="none")  # Megatron-LM 2021-22

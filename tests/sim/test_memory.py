@@ -3,8 +3,14 @@ import re
 
 import pytest
 
-from simlab.sim.memory import (PRECISIONS, comm_volume_in_psi, comm_volume_per_step, padded_numel,
-                               per_gpu_bytes, shard_numel)
+from simlab.sim.memory import (
+    PRECISIONS,
+    comm_volume_in_psi,
+    comm_volume_per_step,
+    padded_numel,
+    per_gpu_bytes,
+    shard_numel,
+)
 
 PSI, ND, GB = 7_500_000_000, 64, 10**9
 

@@ -239,7 +239,7 @@ def test_mesh_and_coords_pickle():
         c = mesh.coords(mesh.world_size - 1)
         assert pickle.loads(pickle.dumps(c)) == c and repr(pickle.loads(pickle.dumps(c))) == repr(c)
     with pytest.raises(AttributeError, match="its fields are pp, dp, tp"):
-        Mesh(pp=2).coords(1).cp
+        _ = Mesh(pp=2).coords(1).cp
 
 
 def test_simulator_side_does_not_import_torch():

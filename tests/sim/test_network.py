@@ -6,8 +6,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simlab.sim.hardware import cluster
-from simlab.sim.network import (BASE_LATENCY, all_gather, all_reduce, bus_bandwidth, members_per_node,
-                                reduce_scatter, send)
+from simlab.sim.network import (
+    BASE_LATENCY,
+    all_gather,
+    all_reduce,
+    bus_bandwidth,
+    members_per_node,
+    reduce_scatter,
+    send,
+)
 
 
 def _brute(stride, size, g, gpus):

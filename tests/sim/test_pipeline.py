@@ -7,8 +7,7 @@ import pytest
 from simlab.plan import Action
 from simlab.sim.pipeline import bubble_fraction, makespan, peak_activations, simulate
 from simlab.sim.pipeline_check import validate
-from simlab.sim.schedules import (SCHEDULES, gpipe, interleaved, make_schedule, naive, one_f_one_b,
-                                  zero_bubble)
+from simlab.sim.pipeline_schedules import SCHEDULES, gpipe, interleaved, make_schedule, naive, one_f_one_b, zero_bubble
 from simlab.trace import Event, Trace
 
 PM = [(p, m) for p in (1, 2, 3, 4, 8) for m in (1, 2, 3, 4, 7, 8, 16)]

@@ -2,7 +2,7 @@
 import pytest
 
 from simlab.sim.pipeline import as_ratio, bubble_fraction, bubble_ratio, closed_form_bubble, explore, simulate
-from simlab.sim.schedules import make_schedule
+from simlab.sim.pipeline_schedules import make_schedule
 
 # interleaved needs m % p == 0; ZB-H1's formula holds once a steady state exists (m >= p)
 CASES = [(name, p, m) for name in ("gpipe", "1f1b", "interleaved", "zero-bubble")

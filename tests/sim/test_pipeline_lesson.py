@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from simlab.sim.pipeline import closed_form_bubble, peak_activations
-from simlab.sim.schedules import make_schedule
+from simlab.sim.pipeline_schedules import make_schedule
 
 ROOT = Path(__file__).resolve().parents[2]
 LESSON = ROOT / "notebooks" / "04_pipeline_parallel.ipynb"
@@ -108,6 +108,7 @@ def test_the_interleaved_rule_is_torchs():
     """The lesson: torch runs r = max(1, m // p) rounds, needs m % r == 0; with p = 4 every m up to 8 and
     m = 10 run, m = 9 and 11 are refused. Built with stand-in stages: the check runs in __init__."""
     from types import SimpleNamespace
+
     from torch.distributed.pipelining import ScheduleInterleaved1F1B
 
     def accepts(p: int, m: int, v: int = 2) -> bool:
@@ -160,7 +161,7 @@ def test_each_notebook_ends_with_a_summary_and_the_next_lesson(path):
 
 def test_the_exercise_shows_no_answer_before_it_runs():
     """What a learner opens: no verdict, no 1F1B lists of their own function, no peaks of the predicted case."""
-    from simlab.sim.schedules import format_grid, one_f_one_b
+    from simlab.sim.pipeline_schedules import format_grid, one_f_one_b
     exercise = ROOT / "exercises" / "04_pipeline_parallel.ipynb"
     shown = "".join(printed(exercise, cid) for cid, cell in cells(exercise).items() if cell["cell_type"] == "code")
     assert "✓" not in shown

@@ -76,6 +76,6 @@ def test_zero_bubble_closed_form_refuses_fewer_microbatches_than_stages(p, m):
 
 def test_zero_bubble_closed_form_holds_from_m_equal_p():
     from simlab.sim.pipeline import bubble_fraction
-    from simlab.sim.schedules import zero_bubble
+    from simlab.sim.pipeline_schedules import zero_bubble
     bubble = bubble_fraction(simulate(zero_bubble(4, 4), t_f=1.0, t_b=2.0, t_w=1.0), 4)
     assert bubble == pytest.approx(closed_form_bubble("zero-bubble", 4, 4)) == pytest.approx(3 / 15)

@@ -7,9 +7,18 @@ import numpy as np
 import pytest
 import torch
 
-from simlab.sim.tensor_parallel import (attention_split, block_steps, broken_mlp, bytes_per_rank,
-                                        count_collectives, gelu, layer_comm, megatron_mlp, shard_plan,
-                                        split_linear)
+from simlab.sim.tensor_parallel import (
+    attention_split,
+    block_steps,
+    broken_mlp,
+    bytes_per_rank,
+    count_collectives,
+    gelu,
+    layer_comm,
+    megatron_mlp,
+    shard_plan,
+    split_linear,
+)
 
 RANKS = [1, 2, 3, 4, 6]
 

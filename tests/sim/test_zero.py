@@ -16,7 +16,7 @@ def comm_bytes(steps) -> list[int]:
 
 
 def blocks(layers, n, owner=None):
-    return {f"{chr(ord('a') + l)}{g}" for l in range(layers) for g in range(n) if owner in (None, g)}
+    return {f"{chr(ord('a') + layer)}{g}" for layer in range(layers) for g in range(n) if owner in (None, g)}
 
 
 def test_stage3_la_forward_gathers_a1_a2_then_frees_them():

@@ -1,4 +1,4 @@
-"""Timelines with two lanes per device: compute on top, communication below.
+"""Lesson 2's timelines, two lanes per device: compute on top, communication below.
 
 Shows at a glance what `simlab.sim.data_parallel` computes. In DP, device 0's comm lane is busy
 (it sends the model, the inputs and the output gradients, and receives everything back) while the
@@ -9,6 +9,8 @@ real (wall seconds); a real trace's "send"/"recv" events go to the comm lane.
 - `draw_lanes(trace, world_size)`: a matplotlib Figure, one Rectangle per event.
 - `draw_dp_vs_ddp(dp_result, ddp_result)`: the two strategies stacked on one time axis.
 - `lanes_text(trace, world_size)`: the same picture as fixed-width text, for nbval to compare.
+- `draw_lanes_sim_vs_real(sim, real, rank, step)`: one device's lanes, simulated (outlined) over measured
+  (filled), through `render.style.draw_sim_vs_real`.
 
     >>> from simlab.trace import Event, Trace
     >>> trace = Trace([Event(0, "compute", 0, name="fwd", start=0.0, end=0.002),
@@ -26,50 +28,54 @@ from __future__ import annotations
 
 import math
 import re
-import unicodedata
 
 from ..i18n import N_, _
-from .mpl import _new_ax, _time_unit
-from .text import _fmt, mib
+from .style import (
+    ALL_REDUCE_SHADES,
+    KIND_COLOR,
+    MIN_FONT,
+    PHASE_COLOR,
+    RULE_GREY,
+    display_width,
+    draw_sim_vs_real,
+    fmt,
+    mib,
+    new_ax,
+    time_unit,
+)
 
-# category -> (text symbol, colour, legend label); the category is found by `_category`. Labels are
-# marked (N_) and translated where drawn, so STYLE itself stays the English the tests and callers key on.
+# category -> (text symbol, legend label); the category is found by `_category`, its colour is `COLOR`'s.
+# Labels are marked (N_) and translated where drawn, so STYLE itself stays the English tests and callers key on.
 STYLE = {
-    "fwd": ("F", "#4c72b0", N_("fwd")),
-    "bwd": ("B", "#55a868", N_("bwd")),
-    "loss": ("L", "#8172b2", N_("loss")),
-    "update": ("U", "#937860", N_("update")),
-    "scatter inputs": ("i", "#dd8452", N_("scatter inputs")),
-    "replicate": ("R", "#c44e52", N_("replicate model")),
-    "gather outputs": ("o", "#da8bc3", N_("gather outputs")),
-    "scatter grads": ("g", "#ccb974", N_("scatter output grads")),
-    "reduce grads": ("G", "#8c1c13", N_("reduce grads")),
-    "all-reduce": ("0-9", "#d62728", N_("all-reduce bucket")),  # text: the bucket number
-    "send": (">", "#ff7f0e", N_("send")),
-    "recv": ("<", "#1f77b4", N_("recv")),
-    "compute": ("#", "#2ca02c", N_("compute")),
-    "comm": ("=", "#7f7f7f", N_("comm")),
+    "fwd": ("F", N_("fwd")),
+    "bwd": ("B", N_("bwd")),
+    "loss": ("L", N_("loss")),
+    "update": ("U", N_("update")),
+    "scatter inputs": ("i", N_("scatter inputs")),
+    "replicate": ("R", N_("replicate model")),
+    "gather outputs": ("o", N_("gather outputs")),
+    "scatter grads": ("g", N_("scatter output grads")),
+    "reduce grads": ("G", N_("reduce grads")),
+    "all-reduce": ("0-9", N_("all-reduce bucket")),  # text: the bucket number
+    "send": (">", N_("send")),
+    "recv": ("<", N_("recv")),
+    "compute": ("#", N_("compute")),
+    "comm": ("=", N_("comm")),
 }
+COLOR = {category: PHASE_COLOR.get(category) or KIND_COLOR[category] for category in STYLE}
 # what a bar shows of an event's name: its category's first word(s), in the language in force ("bwd L3")
 BAR_WORDS = {"fwd": N_("fwd"), "bwd": N_("bwd"), "loss": N_("loss"), "update": N_("update"),
              "scatter inputs": N_("scatter inputs"), "replicate": N_("replicate"),
              "gather outputs": N_("gather outputs"), "scatter grads": N_("scatter grads"),
              "reduce grads": N_("reduce grads"), "all-reduce": N_("all-reduce")}
-ALL_REDUCE_SHADES = ("#d62728", "#f08a8b")  # alternate, so neighbouring buckets stay apart
 LANES = ("compute", "comm")  # the gids and keys; shown through `_lane`
 LANE_HEIGHT = 0.42  # each device's row is 1 high: two lanes and a small gap
-FONT = 10  # points; shown at 100 px per inch (figure_image) that is ≥ 10 px, legible everywhere
 _BUCKET = re.compile(r"^all-reduce b(\d+)$")
-
-
-def _width(text: str) -> int:
-    """Columns `text` takes in a fixed-width font: a CJK character takes two (ASCII: len)."""
-    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def _lane(lane: str) -> str:
     """A lane's name as shown: 'compute' / 'comm', or their translation."""
-    return _(STYLE[lane][2])
+    return _(STYLE[lane][1])
 
 
 def lane_of(event) -> str:
@@ -89,7 +95,7 @@ def _color(event) -> str:
     match = _BUCKET.match(event.name)
     if match:
         return ALL_REDUCE_SHADES[int(match[1]) % 2]
-    return STYLE[_category(event)][1]
+    return COLOR[_category(event)]
 
 
 def _symbol(event) -> str:
@@ -107,10 +113,10 @@ def _shown_name(name: str) -> str:
 
 def _label(event, span: float) -> str | None:
     """The event's name if the bar can hold it, else its last word ('bwd L3' -> 'L3'), else None.
-    At FONT points about 85 characters (a CJK one counts twice) fill the time axis of a 10-inch figure."""
+    At MIN_FONT points about 85 characters (a CJK one counts twice) fill the time axis of a 10-inch figure."""
     name = _shown_name(event.name or event.kind)
     for text in (name, name.split(" ")[-1]):
-        if (_width(text) + 1) * span / 85 <= event.end - event.start:
+        if (display_width(text) + 1) * span / 85 <= event.end - event.start:
             return text
     return None
 
@@ -130,9 +136,9 @@ def draw_lanes(trace, world_size: int, ax=None, title: str | None = None, span: 
     """One row per device (device 0 on top): compute bars above, comm bars below; returns the Figure.
     `span` fixes the time axis length in seconds, so several timelines can share it."""
     from matplotlib.patches import Patch, Rectangle
-    ax = _new_ax(ax, (10, 0.7 + _row_inches(world_size) * world_size))
+    ax = new_ax(ax, (10, 0.7 + _row_inches(world_size) * world_size))
     t0, span = _extent(trace, span)
-    scale, unit = _time_unit(span)
+    scale, unit = time_unit(span)
     for e in sorted(trace, key=lambda e: (e.rank, e.start, e.end)):
         lane = lane_of(e)
         y = e.rank - 0.45 + (0 if lane == "compute" else LANE_HEIGHT + 0.06)
@@ -143,23 +149,23 @@ def draw_lanes(trace, world_size: int, ax=None, title: str | None = None, span: 
         label = _label(e, span) if len(trace) <= 300 else None
         if label:
             ax.text((e.start - t0 + width / 2) * scale, y + LANE_HEIGHT / 2, label,
-                    ha="center", va="center", fontsize=FONT, color="white", clip_on=True)
+                    ha="center", va="center", fontsize=MIN_FONT, color="white", clip_on=True)
     centres = [r - 0.45 + LANE_HEIGHT / 2 + k * (LANE_HEIGHT + 0.06)
                for r in range(world_size) for k in (0, 1)]
-    ax.set_yticks(centres, [f"r{r} {_lane(lane)}" for r in range(world_size) for lane in LANES], fontsize=FONT)
+    ax.set_yticks(centres, [f"r{r} {_lane(lane)}" for r in range(world_size) for lane in LANES], fontsize=MIN_FONT)
     for r in range(1, world_size):  # a thin rule between devices
-        ax.axhline(r - 0.5, color="#cccccc", linewidth=0.6)
+        ax.axhline(r - 0.5, color=RULE_GREY, linewidth=0.6)
     ax.set_xlim(0, span * scale)
     ax.set_ylim(world_size - 0.5, -0.5)  # device 0 on top, as in the tables
     ax.set_xlabel(_("time ({unit})").format(unit=unit))
     used = list(dict.fromkeys(_category(e) for e in sorted(trace, key=lambda e: e.start)))
     # outside the axes, right of them: a legend never covers a bar or its label
-    ax.legend(handles=[Patch(color=STYLE[c][1], label=_(STYLE[c][2])) for c in used], fontsize=FONT,
+    ax.legend(handles=[Patch(color=COLOR[c], label=_(STYLE[c][1])) for c in used], fontsize=MIN_FONT,
               loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
-    ax.tick_params(labelsize=FONT)
+    ax.tick_params(labelsize=MIN_FONT)
     ax.spines[["top", "right"]].set_visible(False)
     if title:
-        ax.set_title(title, fontsize=FONT + 1, loc="left")
+        ax.set_title(title, fontsize=MIN_FONT + 1, loc="left")
     return ax.figure
 
 
@@ -180,14 +186,14 @@ def draw_dp_vs_ddp(dp_result, ddp_result):
     others = _(", every other device {moved}").format(moved=mib(max(moved[1:]))) if n_dp > 1 else ""
     draw_lanes(dp_result.trace, n_dp, ax=ax_dp, span=span,
                title=_("DP (nn.DataParallel, star model): step {step}; device 0 moves {moved}{others}").format(
-                   step=_fmt(dp_result.step_seconds), moved=mib(moved[0]), others=others))
+                   step=fmt(dp_result.step_seconds), moved=mib(moved[0]), others=others))
     n = len(ddp_result.buckets)
     draw_lanes(ddp_result.trace, n_ddp, ax=ax_ddp, span=span,
                title=_("DDP: step {step}; all-reduce {comm} in {n} bucket{s}: {hidden} hidden behind backward, "
                        "{exposed} exposed").format(
-                   step=_fmt(ddp_result.step_seconds), comm=_fmt(ddp_result.comm_seconds), n=n,
-                   s="" if n == 1 else "s", hidden=_fmt(ddp_result.hidden_seconds),
-                   exposed=_fmt(ddp_result.exposed_seconds)))
+                   step=fmt(ddp_result.step_seconds), comm=fmt(ddp_result.comm_seconds), n=n,
+                   s="" if n == 1 else "s", hidden=fmt(ddp_result.hidden_seconds),
+                   exposed=fmt(ddp_result.exposed_seconds)))
     ax_dp.set_xlabel("")
     ax_dp.tick_params(labelbottom=True)  # sharex hides them: both panels keep readable times
     return fig
@@ -204,11 +210,11 @@ def lanes_text(trace, world_size: int, width: int = 72, span: float | None = Non
     Each event fills the columns it covers with its symbol (F fwd, B bwd, a digit for an
     all-reduce bucket, ...); '.' is idle. No raw floats are printed, so the text is stable."""
     t0, span = _extent(trace, span)
-    scale, unit = _time_unit(span)
+    scale, unit = time_unit(span)
     header = _("time 0 .. {span} {unit}, one column = {column} {unit}").format(
         span=f"{span * scale:.2f}", column=f"{span * scale / width:.3f}", unit=unit)
     lines, drawn = [header], set()
-    pad = max(_width(_lane(lane)) for lane in LANES)  # 7 in English ("compute"); the bars line up in any language
+    names = max(display_width(_lane(lane)) for lane in LANES)  # 7 in English ("compute"): bars line up in any language
     for r in range(world_size):
         for lane in LANES:
             row = ["."] * width
@@ -219,40 +225,42 @@ def lanes_text(trace, world_size: int, width: int = 72, span: float | None = Non
                 row[first:last] = _symbol(e) * (last - first)
             drawn.update(row)
             name = _lane(lane)
-            lines.append(f"r{r} {name}{' ' * (pad - _width(name))} |{''.join(row)}|")
+            lines.append(f"r{r} {name}{' ' * (names - display_width(name))} |{''.join(row)}|")
     # the legend names only what is visible: a very short event may be covered by its neighbour
     used = dict.fromkeys(c for c in map(_category, sorted(trace, key=lambda e: e.start))
                          if drawn & set(_symbols(c)))
-    lines.append("  ".join(f"{STYLE[c][0]} {_(STYLE[c][2])}" for c in used))
+    lines.append("  ".join(f"{STYLE[c][0]} {_(STYLE[c][1])}" for c in used))
     return "\n".join(lines)
 
 
-def draw_sim_vs_real(sim_trace, real_trace, rank: int = 0, step: int = 1, title: str | None = None):
-    """One device's lanes twice on one time axis: the simulator's prediction (outlined) above the
-    real run's measurement (filled), so where they agree and where they drift is plain to see."""
+def draw_lanes_sim_vs_real(sim_trace, real_trace, rank: int = 0, step: int = 1, title: str | None = None):
+    """One device's lanes twice on one time axis (`render.style.draw_sim_vs_real`, overlaid): the simulator's
+    prediction (outlined) above the real run's step `step` (filled), a row each for compute and comm, so where
+    they agree and where they drift is plain to see. Times count from the start of the step."""
     from matplotlib.patches import Rectangle
     real = [e for e in real_trace if e.rank == rank and e.step == step]
     sim = [e for e in sim_trace if e.rank == rank]
     span = max([e.end for e in real + sim], default=1.0)
-    scale, unit = _time_unit(span)
-    # (gid, what the row is called, its events, its lane); the gid stays English for tests to find
-    rows = [("simulated compute", _("simulated compute"), sim, "compute"),
-            ("real compute", _("real compute"), real, "compute"),
-            ("simulated comm", _("simulated comm"), sim, "comm"), ("real comm", _("real comm"), real, "comm")]
-    ax = _new_ax(None, (10, 3.0))
-    for y, (label, _shown, events, lane) in enumerate(rows):
-        for e in (e for e in events if lane_of(e) == lane):
-            filled = label.startswith("real")
-            ax.add_patch(Rectangle((e.start * scale, y - 0.35), max(e.end - e.start, span * 0.002) * scale, 0.7,
-                                   facecolor=_color(e) if filled else "none", edgecolor=_color(e),
-                                   linewidth=0.8 if filled else 1.4, hatch=None if filled else "///",
-                                   gid=label))
-    ax.set_yticks(range(len(rows)), [shown for _gid, shown, _events, _kind in rows], fontsize=FONT)
-    ax.tick_params(labelsize=FONT)
+    # (gid, what the row is called, real?, its lane); the gid stays English for tests to find
+    rows = [("simulated compute", _("simulated compute"), False, "compute"),
+            ("real compute", _("real compute"), True, "compute"),
+            ("simulated comm", _("simulated comm"), False, "comm"), ("real comm", _("real comm"), True, "comm")]
+    scale, unit = time_unit(span)
+
+    def draw(ax, events, span, filled):
+        for y, (gid, _shown, real_row, lane) in enumerate(rows):  # this trace's two rows
+            for e in (e for e in events if real_row == filled and lane_of(e) == lane):
+                ax.add_patch(Rectangle((e.start * scale, y - 0.35), max(e.end - e.start, span * 0.002) * scale, 0.7,
+                                       facecolor=_color(e) if filled else "none", edgecolor=_color(e),
+                                       linewidth=0.8 if filled else 1.4, hatch=None if filled else "///", gid=gid))
+
+    default = _("rank {rank}: simulator fitted to the run (outlined) vs measured (filled)").format(rank=rank)
+    fig = draw_sim_vs_real(sim, real, draw, figsize=(10, 3.0), titles=(title or default,), overlay=True, span=span)
+    ax = fig.axes[0]
+    ax.set_yticks(range(len(rows)), [shown for _gid, shown, _real, _lane in rows], fontsize=MIN_FONT)
+    ax.tick_params(labelsize=MIN_FONT)
     ax.set_xlim(0, span * scale)
     ax.set_ylim(len(rows) - 0.5, -0.5)
     ax.set_xlabel(_("time ({unit}) from the start of step {step}").format(unit=unit, step=step))
     ax.spines[["top", "right"]].set_visible(False)
-    default = _("rank {rank}: simulator fitted to the run (outlined) vs measured (filled)").format(rank=rank)
-    ax.set_title(title or default, fontsize=FONT + 1, loc="left")
-    return ax.figure
+    return fig

@@ -1,7 +1,7 @@
-"""Text renderer: a golden file for ring all-reduce (n=3, numel=6), plus checks that do not need it.
+"""Lesson 1's text tables: a golden file for ring all-reduce (n=3, numel=6), plus checks that do not need it.
 
 Regenerate the golden after an intended change, then READ it before committing:
-    SIMLAB_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/render/test_text.py -k golden
+    SIMLAB_REGEN_GOLDEN=1 .venv/bin/python -m pytest tests/render/test_collectives_text.py -k golden
 """
 import dataclasses
 import os
@@ -11,10 +11,17 @@ import numpy as np
 import pytest
 
 from simlab.plan import CollectivePlan, Transfer
+from simlab.render.collectives_text import (
+    bytes_table,
+    contributors,
+    format_values,
+    phase_name,
+    side_by_side_text,
+    step_text,
+    trace_table,
+)
 from simlab.sim.collectives import naive_all_reduce, ring_all_gather, ring_all_reduce, tree_broadcast
-from simlab.sim.stepper import simulate
-from simlab.render.text import (bytes_table, contributors, format_values, phase_name,
-                                side_by_side_text, step_text, trace_table)
+from simlab.sim.collectives_stepper import simulate
 from simlab.trace import Event, Trace
 
 GOLDEN = pathlib.Path(__file__).parents[1] / "golden" / "ring_allreduce_n3.txt"
@@ -214,6 +221,7 @@ def test_the_sentence_after_the_first_step_names_the_cell_the_table_shows():
 
 def test_the_lower_bound_paragraph_states_the_plans_own_numbers():
     import re
+
     from simlab.sim.cost import optimal_bytes_per_rank
     cells = lesson_cells()
     text = re.sub(r"\s+", " ", cells["47b594c4"].source)
@@ -269,8 +277,3 @@ def test_the_uneven_paragraph_states_what_the_real_run_printed():
     printed_counts = re.search(r"bytes sent per rank: \[([\d, ]+)\]", printed(cells["39dd52c9"]))[1]
     counts = [int(x) for x in printed_counts.split(",")]
     assert counts == plan.bytes_sent_per_rank() and f"sends {max(counts)} B" in text and max(counts) >= bound
-
-
-def test_mib():
-    from simlab.render.text import mib
-    assert mib(56 * 2**20) == "56.0 MiB"

@@ -3,7 +3,7 @@
 Goldens: tests/golden/pipeline_grids.txt holds `format_grid` of a few schedules (what the CLI prints);
 the tests below check every golden against torch's own schedule classes and against a line-by-line
 transcription of Megatron-LM, so the file is verified independently of the code that wrote it.
-Regenerate (then review the diff):  .venv/bin/python tests/sim/test_schedules.py
+Regenerate (then review the diff):  .venv/bin/python tests/sim/test_pipeline_schedules.py
 """
 import re
 import sys
@@ -17,8 +17,16 @@ from torch import nn
 
 from simlab.plan import Action
 from simlab.sim.pipeline_check import validate
-from simlab.sim.schedules import (SCHEDULES, format_grid, gpipe, interleaved, make_schedule, naive, one_f_one_b,
-                                  zero_bubble)
+from simlab.sim.pipeline_schedules import (
+    SCHEDULES,
+    format_grid,
+    gpipe,
+    interleaved,
+    make_schedule,
+    naive,
+    one_f_one_b,
+    zero_bubble,
+)
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "pipeline_grids.txt"
 GRIDS = [("naive", 4, 1, 1), ("gpipe", 3, 4, 1), ("1f1b", 4, 6, 1), ("interleaved", 2, 4, 2),

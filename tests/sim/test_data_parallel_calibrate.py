@@ -1,27 +1,11 @@
-"""Fitting the simulator to a run: a simulated run, fed back in, must give its own workload back."""
+"""Lesson 2's calibration: a simulated DDP run, fed back in as if measured, must give its own workload back."""
 import dataclasses
 
 import pytest
 
-from simlab.sim.calibrate import fit_alpha_beta, fit_ddp_workload
-from simlab.sim.cost import ring_all_reduce_seconds
 from simlab.sim.data_parallel import simulate_ddp, workload_from_layers
+from simlab.sim.data_parallel_calibrate import fit_ddp_workload
 from simlab.trace import Trace
-
-
-def test_fit_alpha_beta_recovers_the_law():
-    n, alpha, bw = 4, 25e-6, 3e9
-    sizes = [1 << 10, 1 << 16, 1 << 20, 1 << 24]
-    per_rank = [2 * (n - 1) * s // n for s in sizes]
-    durations = [ring_all_reduce_seconds(n, s, alpha, bw) for s in sizes]
-    got_alpha, got_bw = fit_alpha_beta(durations, per_rank, n)
-    assert got_alpha == pytest.approx(alpha, rel=1e-6) and got_bw == pytest.approx(bw, rel=1e-6)
-
-
-def test_equal_sizes_leave_only_latency():
-    alpha, bw = fit_alpha_beta([0.006, 0.006], [100, 100], world_size=2)
-    assert alpha == pytest.approx(0.003) and bw == float("inf")
-    assert fit_alpha_beta([1.0], [5], world_size=1) == (0.0, float("inf"))
 
 
 def test_a_simulated_step_fits_back_to_its_own_workload():

@@ -1,16 +1,18 @@
-"""Fit the simulator to a real run, so the lesson can lay the prediction over the measurement.
+"""Lesson 2's calibration: fit the simulator to a real DDP run, so the lesson can lay the prediction over the
+measurement (lesson 4's is `sim.pipeline_calibrate`, lesson 6's `exec.hybrid_calibrate`).
 
 A real DDP step (`simlab.parity.data_parallel.run_ddp`) records when forward ended, when each parameter's
 gradient landed, and when each bucket's all-reduce started and ended. `fit_ddp_workload` turns one
 step of that trace into a `Workload`: every parameter tensor becomes one "layer" (so the simulator
 builds exactly the real buckets), compute times are the measured ones, and α and bandwidth are fitted
-to the all-reduce durations by least squares on the α-β law  d = 2(n-1)·α + bytes_per_rank / B.
+to the all-reduce durations by least squares on the α-β law (`sim.cost.fit_alpha_beta`).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .._checks import MAX_COUNT, check_batch, check_int, check_number, check_positive, check_ranks
+from .._checks import check_batch, check_int, check_positive, check_ranks
+from .cost import fit_alpha_beta
 from .data_parallel import Workload
 
 
@@ -19,34 +21,6 @@ def _mean_over_ranks(trace, step: int, name: str) -> float:
     if not durations:
         raise ValueError(f"step={step}: the trace has no {name!r} event in that step")
     return float(np.mean(durations))
-
-
-def _numbers(name: str, values) -> np.ndarray:
-    """A non-empty list of finite numbers >= 0 (a nan would make the least-squares fit fail)."""
-    values = values.tolist() if isinstance(values, np.ndarray) else values
-    if not isinstance(values, (list, tuple)) or not values:
-        raise ValueError(f"{name}={values!r}: must be a non-empty list, one entry per all-reduce")
-    return np.array([check_number(f"{name}[{i}]", x) for i, x in enumerate(values)])
-
-
-def fit_alpha_beta(durations, nbytes, world_size: int) -> tuple[float, float]:
-    """(alpha seconds, bandwidth bytes/s) from ring all-reduce durations and per-rank bytes.
-
-    Tiny buffers leave the bandwidth undetermined (or fit a negative slope): then the link is taken
-    as infinitely fast and the whole duration is latency.
-    """
-    check_int("world_size", world_size, 1, MAX_COUNT)
-    d, b = _numbers("durations", durations), _numbers("nbytes", nbytes)
-    if len(b) != len(d):
-        raise ValueError(f"nbytes: has {len(b)} entries, durations has {len(d)}: one each per all-reduce")
-    steps = 2 * (world_size - 1)
-    if steps == 0:
-        return 0.0, float("inf")
-    if len(set(b.tolist())) > 1:
-        slope, intercept = np.polyfit(b, d, 1)  # d ≈ slope·bytes + intercept
-        if slope > 0 and intercept >= 0:
-            return float(intercept / steps), float(1 / slope)
-    return float(d.mean() / steps), float("inf")
 
 
 def fit_ddp_workload(trace, param_numels, param_names, world_size: int, global_batch: int,

@@ -1,4 +1,4 @@
-"""Matplotlib pictures of collectives: the ring, the bytes each rank sends, and a timeline.
+"""Lesson 1's figures: the ring, the bytes each rank sends, and a timeline of a collective.
 
 - `draw_ring_step`: ranks on a circle (rank 0 on top, clockwise). Each rank shows a row of chunk
   boxes, darker the more ranks' inputs are summed into that chunk (grey: not held yet), and arrows
@@ -7,7 +7,8 @@
 - `draw_timeline`: a Gantt chart, one lane per rank, from any `Trace` (model time or wall time).
 
 Every function draws into `ax` if given, else into a fresh `matplotlib.figure.Figure` (no pyplot
-state, so it works headless), and returns the Figure. Nothing here computes what an engine owns.
+state, so it works headless), and returns the Figure. Nothing here computes what an engine owns; the
+colours are `render.style`'s.
 """
 from __future__ import annotations
 
@@ -15,27 +16,27 @@ import math
 import re
 
 from ..i18n import _
-from .picture import DISPLAY_DPI, PIXEL_SCALE, figure_png, png_size, render_png  # noqa: F401 — re-exported
-from .text import header
+from .collectives_text import header
+from .style import (
+    FAINT_GREY,
+    INK,
+    KIND_COLOR,
+    MIN_FONT,
+    NOT_HELD_COLOR,
+    SOFT_INK,
+    TRANSFER_COLOR,
+    UNKNOWN_COLOR,
+    new_ax,
+    time_unit,
+)
 
-NOT_HELD_COLOR = "#e6e6e6"
-UNKNOWN_COLOR = "#d8c9a8"  # a real run holds values but cannot say whose inputs are in them
-OP_STYLE = {"reduce": dict(color="#d62728", linestyle="-"),   # receiver adds the chunk in
-            "copy": dict(color="#1f77b4", linestyle="--")}    # receiver overwrites with it
-KIND_COLOR = {"send": "#ff7f0e", "recv": "#1f77b4", "compute": "#2ca02c"}
+OP_STYLE = {"reduce": dict(color=TRANSFER_COLOR["reduce"], linestyle="-"),   # receiver adds the chunk in
+            "copy": dict(color=TRANSFER_COLOR["copy"], linestyle="--")}      # receiver overwrites with it
+LANES = {"send": (0.0, 0.4), "recv": (0.4, 0.4), "compute": (0.0, 0.8)}  # draw_timeline: (top, height) in a lane
 MAX_CHUNK_BOXES = 16  # beyond this the boxes are too small to read: only the nodes are drawn
 RADIUS = 1.0
-MIN_FONT = 10  # points: every word on a figure, shown at DISPLAY_DPI (10 pt = 14 px)
 RING_FIGSIZE = (4.6, 5.2)  # inches: 460 x 520 px as shown, legend included; two side by side fit a page
 LABELLED_RANKS = 8  # more ranks than this: only every k-th node is named, so names never collide
-
-
-def _new_ax(ax, figsize):
-    """Use the caller's axes, or make a Figure without touching pyplot's global state."""
-    if ax is not None:
-        return ax
-    from matplotlib.figure import Figure
-    return Figure(figsize=figsize, layout="constrained").add_subplot()
 
 
 def outward(rank: int, n: int) -> tuple[float, float]:
@@ -87,11 +88,11 @@ def _draw_chunks(ax, step, rank, n, s):
         sources = step.sources[rank][c] if step.sources is not None else None
         color = contribution_color(len(sources) if sources is not None else None, n, value is not None)
         ax.add_patch(Rectangle((left + c * s["box_w"], bottom), s["box_w"], s["box_h"],
-                               facecolor=color, edgecolor="#555555", linewidth=0.6, gid="chunk"))
+                               facecolor=color, edgecolor=SOFT_INK, linewidth=0.6, gid="chunk"))
         if s["box_labels"]:  # the chunk index links a box to the arrow labels
             dark = sources is not None and len(sources) > n / 2
             ax.text(left + (c + 0.5) * s["box_w"], bottom + s["box_h"] / 2, str(c), ha="center",
-                    va="center", fontsize=MIN_FONT, color="white" if dark else "#333333")
+                    va="center", fontsize=MIN_FONT, color="white" if dark else INK)
     return reach + max(width, s["box_h"]) / 2
 
 
@@ -122,7 +123,7 @@ def ring_legend_handles(steps, n: int) -> list:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     def patch(color, label):
-        return Patch(facecolor=color, edgecolor="#555555", label=label)
+        return Patch(facecolor=color, edgecolor=SOFT_INK, label=label)
     cells = [(v, src) for step in steps for vrow, srow in zip(step.values, step.sources or [None] * n)
              for v, src in zip(vrow, srow or [None] * len(vrow))]
     handles = [patch(NOT_HELD_COLOR, _("not held"))]
@@ -152,7 +153,7 @@ def draw_ring_step(step, plan, ax=None, title=None, legend: bool = True):
     """Ranks on a circle with their chunks and this step's transfers; returns the Figure.
     `legend=False` leaves the legend to the caller (one `ring_legend_handles` legend for two panels)."""
     from matplotlib.patches import Circle
-    ax = _new_ax(ax, RING_FIGSIZE)
+    ax = new_ax(ax, RING_FIGSIZE)
     n = plan.world_size
     chunks = len(plan.chunk_sizes)
     s = _sizes(n, chunks)
@@ -160,7 +161,7 @@ def draw_ring_step(step, plan, ax=None, title=None, legend: bool = True):
     extent = ring + s["node"]
     for r in range(n):
         x, y = rank_position(r, n)
-        ax.add_patch(Circle((x, y), s["node"], facecolor="white", edgecolor="#333333",
+        ax.add_patch(Circle((x, y), s["node"], facecolor="white", edgecolor=INK,
                             linewidth=1.2, zorder=3, gid="rank"))
         if r % s["named"] == 0:
             ax.text(x, y, f"r{r}", ha="center", va="center", fontsize=s["font"], zorder=4)
@@ -172,7 +173,7 @@ def draw_ring_step(step, plan, ax=None, title=None, legend: bool = True):
         _draw_arrow(ax, t, n, s, label)
     if chunks > MAX_CHUNK_BOXES:
         ax.text(0, 0, _("{chunks} chunks per rank:\nboxes hidden").format(chunks=chunks), ha="center", va="center",
-                fontsize=MIN_FONT, color="#777777")
+                fontsize=MIN_FONT, color=FAINT_GREY)
     ax.set_xlim(-extent - 0.05, extent + 0.05)
     ax.set_ylim(-extent - 0.05, extent + 0.05)
     ax.set_aspect("equal")
@@ -191,7 +192,7 @@ def ring_title(step, plan) -> str:
 
 def draw_bytes(per_rank_lists: dict, ax=None, optimum: float | None = None):
     """Grouped bars: bytes sent by each rank, one colour per algorithm; optional optimum line."""
-    ax = _new_ax(ax, (7, 3.6))
+    ax = new_ax(ax, (7, 3.6))
     names = list(per_rank_lists)
     n = max((len(v) for v in per_rank_lists.values()), default=0)
     width = 0.8 / max(len(names), 1)
@@ -212,14 +213,6 @@ def draw_bytes(per_rank_lists: dict, ax=None, optimum: float | None = None):
     return ax.figure
 
 
-def _time_unit(span: float) -> tuple[float, str]:
-    """Pick s / ms / µs / ns so that the axis numbers are readable."""
-    for scale, unit in ((1.0, "s"), (1e3, "ms"), (1e6, "µs"), (1e9, "ns")):
-        if span * scale >= 1:
-            return scale, unit
-    return 1e9, "ns"
-
-
 def _bar_label(e) -> str:
     """'c2→r1' on a send, 'c1←r3' on a receive, the action name ('2F0') on compute."""
     chunk = f"c{e.chunk}" if e.chunk is not None else ""
@@ -234,30 +227,29 @@ def draw_timeline(trace, world_size: int, ax=None, title: str | None = None):
     """Gantt chart: one lane per rank (rank 0 on top); sends in the upper half of a lane,
     receives in the lower half (they overlap in time on a ring), compute across the whole lane."""
     from matplotlib.patches import Patch
-    ax = _new_ax(ax, (8, 1 + 0.45 * world_size))
+    ax = new_ax(ax, (8, 1 + 0.45 * world_size))
     t0 = min((e.start for e in trace), default=0.0)
     span = max((e.end for e in trace), default=0.0) - t0
-    scale, unit = _time_unit(span or 1.0)
+    scale, unit = time_unit(span or 1.0)
     min_width = 0.004 * (span or 1.0)  # an instant event still shows as a sliver
-    lanes = {"send": (0.0, 0.4), "recv": (0.4, 0.4), "compute": (0.0, 0.8)}
     for rank in range(world_size):
-        for kind in ("send", "recv", "compute"):
+        for kind in LANES:
             bars = [((e.start - t0) * scale, max(e.end - e.start, min_width) * scale)
                     for e in trace if e.rank == rank and e.kind == kind]
             if bars:
-                top, height = lanes[kind]
+                top, height = LANES[kind]
                 ax.broken_barh(bars, (rank - 0.4 + top, height), facecolors=KIND_COLOR[kind],
                                edgecolor="white", linewidth=0.5)
     if len(trace) <= 200:  # write on bars wide enough to hold a label: chunk and peer, or 2F0
         for e in trace:
             if span and e.end - e.start >= span / 13:  # about the width of "c2→r1" at MIN_FONT
-                top, height = lanes.get(e.kind, lanes["compute"])
+                top, height = LANES.get(e.kind, LANES["compute"])
                 ax.text((e.start - t0 + (e.end - e.start) / 2) * scale, e.rank - 0.4 + top + height / 2,
                         _bar_label(e), ha="center", va="center", fontsize=MIN_FONT, color="white")
     ax.set_yticks(range(world_size), [f"r{r}" for r in range(world_size)])
     ax.set_ylim(world_size - 0.5, -0.5)  # rank 0 on top, as in the tables
     ax.set_xlabel(f"time ({unit})")
-    kinds = [k for k in KIND_COLOR if any(e.kind == k for e in trace)]
+    kinds = [k for k in LANES if any(e.kind == k for e in trace)]
     ax.legend(handles=[Patch(color=KIND_COLOR[k], label=k) for k in kinds], fontsize=MIN_FONT,
               loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.spines[["top", "right"]].set_visible(False)

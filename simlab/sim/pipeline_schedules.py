@@ -12,7 +12,7 @@ What each schedule teaches:
   interleaved  v smaller chunks per rank shrink the bubble v times: (p-1)/(v·m+p-1).
   zero-bubble  split backward (I, W); W fills the tail bubble at 1F1B's peak memory.
 
-    python -c "from simlab.sim.schedules import *; print(format_grid(one_f_one_b(4, 6)))"
+    python -c "from simlab.sim.pipeline_schedules import *; print(format_grid(one_f_one_b(4, 6)))"
 """
 from __future__ import annotations
 

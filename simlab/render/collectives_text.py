@@ -1,15 +1,15 @@
-"""Text pictures of a collective: who holds what after each step, as fixed-width tables.
+"""Lesson 1's text pictures of a collective: who holds what after each step, as fixed-width tables.
 
 Draws, for one step of a simulated (or real) run: a table with one row per rank and one column per
 chunk, then the transfers that produced this state and the bytes each rank has moved so far.
 A cell shows *whose inputs are summed in* (``0+2``, ``Σ0..2`` when every rank is in) or the values
 themselves (``[13 12]``); ``·`` means the rank does not hold that chunk. The output has no timings
 and no object ids, so notebooks can compare it character for character (nbval). Words go through `_()`
-(simlab.i18n), and columns are padded by *display* width (`display_width`), so a table with Chinese
-headers (two terminal columns per character) still lines up.
+(simlab.i18n), and columns are padded by *display* width (`render.style.display_width`), so a table with
+Chinese headers (two terminal columns per character) still lines up.
 
     >>> from simlab.sim.collectives import ring_all_reduce
-    >>> from simlab.sim.stepper import simulate
+    >>> from simlab.sim.collectives_stepper import simulate
     >>> plan = ring_all_reduce(world_size=3, numel=6)
     >>> print(step_text(simulate(plan).steps[1], plan))
     step 1/4 of ring_all_reduce (n=3, 24 B): reduce-scatter
@@ -25,11 +25,11 @@ headers (two terminal columns per character) still lines up.
 """
 from __future__ import annotations
 
-import unicodedata
 from collections import Counter
 
 from ..i18n import N_, _
 from ..plan import OP_SIGN
+from .style import align, display_width, pad
 
 NOT_HELD = "·"
 MATCH = {True: N_("match ✓"), False: N_("match ✗")}  # shown through _(): `match_text`
@@ -42,18 +42,6 @@ PHASE_WORDS = (N_("start"), N_("idle"))  # the other phase names `phase_name` gi
 def match_text(match: bool) -> str:
     """'match ✓' or 'match ✗', in the language in force."""
     return _(MATCH[bool(match)])
-
-
-def display_width(text: str) -> int:
-    """Columns `text` takes in a fixed-width font: 2 for a wide or full-width character (Chinese, and
-    full-width punctuation such as '，'), else 1. Ambiguous ones (·, Σ, →, ×) count 1, as Latin fonts
-    draw them: English tables keep exactly the widths `len` gave them."""
-    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
-
-
-def pad(text: str, width: int) -> str:
-    """`text` left-aligned in `width` display columns (str.ljust counts characters, not columns)."""
-    return text + " " * (width - display_width(text))
 
 
 def contributors(ranks, world_size: int) -> str:
@@ -127,12 +115,6 @@ def transfer_line(t) -> str:
         src=t.src, dst=t.dst, sign=OP_SIGN[t.op], chunk=t.chunk, nbytes=t.nbytes)
 
 
-def _align(rows: list[list[str]]) -> list[str]:
-    """Left-align columns two spaces apart, by display width; trailing spaces dropped so goldens stay clean."""
-    widths = [max(display_width(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return ["  ".join(pad(c, w) for c, w in zip(row, widths)).rstrip() for row in rows]
-
-
 def _block(step, plan, show: str) -> list[str]:
     """Grid (rank x chunk, then cumulative bytes) and the transfers that led here."""
     chunks = range(len(plan.chunk_sizes))
@@ -140,7 +122,7 @@ def _block(step, plan, show: str) -> list[str]:
     for r in range(plan.world_size):
         rows.append([f"r{r}"] + [cell(step, r, c, show) for c in chunks]
                     + [f"{step.bytes_sent[r]} B", f"{step.bytes_received[r]} B"])
-    lines = _align(rows)
+    lines = align(rows)
     if step.transfers:
         lines.append(_("transfers (sender → receiver; += adds, = overwrites):"))
         lines += ["  " + transfer_line(t) for t in step.transfers]
@@ -167,7 +149,7 @@ def step_text(step, plan, show: str = "sources") -> str:
 def side_by_side_text(sim_step, real_step, plan, match: bool, show: str = "values") -> str:
     """The simulated step (left) next to the real one (right), with the verdict in the header.
 
-    `match` comes from the engine (`simlab.sim.stepper.step_matches`); this only prints it.
+    `match` comes from the engine (`simlab.sim.collectives_stepper.step_matches`); this only prints it.
     Values are the default because that is what a real buffer can show.
     """
     left = [_("simulated"), *_block(sim_step, plan, show)]
@@ -221,27 +203,7 @@ def bytes_table(per_rank, optimum: int | None = None) -> str:
     for r, b in enumerate(per_rank):
         rows.append([f"r{r}", f"{b} B"] + ([f"{b / optimum:.2f}x"] if optimum else []))
     rows.append([_("total"), f"{sum(per_rank)} B"] + ([""] if optimum else []))
-    lines = _align(rows)
+    lines = align(rows)
     if optimum is not None:
         lines.append(_("optimum per rank: {optimum} B").format(optimum=optimum))
     return "\n".join(lines)
-
-
-def mib(nbytes: float) -> str:
-    return f"{nbytes / 2**20:.1f} MiB"
-
-
-def _fmt(value) -> str:
-    if isinstance(value, float):
-        if value < 1e-3:
-            return f"{value * 1e6:.1f} µs"
-        return f"{value * 1e3:.2f} ms" if value < 1 else f"{value:.3f} s"
-    if isinstance(value, int) and not isinstance(value, bool):
-        return f"{value:,}"
-    return str(value)
-
-
-def rows_table(rows: list[dict], columns: list[str] | None = None) -> str:
-    """A list of dicts as an aligned table; floats are seconds (µs, ms or s), ints get separators."""
-    columns = columns or list(rows[0]) if rows else []
-    return "\n".join(_align([columns] + [[_fmt(row[c]) for c in columns] for row in rows]))

@@ -1,4 +1,4 @@
-"""Step through any collective plan with exact integers: who holds what after every step.
+"""Lesson 1's stepper: step through any collective plan with exact integers, who holds what after every step.
 
 Each `SimStep` shows, for every rank and chunk, the values held (an int64 array, or None if the
 rank does not hold that chunk yet) and whose contributions were summed into them, plus the bytes

@@ -1,4 +1,4 @@
-"""Matplotlib renderer: right number of nodes, chunk boxes and arrows; headless; no pyplot state."""
+"""Lesson 1's figures: right number of nodes, chunk boxes and arrows; headless; no pyplot state."""
 import dataclasses
 import pathlib
 import subprocess
@@ -14,12 +14,10 @@ from matplotlib.colors import to_hex  # noqa: E402 — after matplotlib.use("Agg
 from matplotlib.figure import Figure  # noqa: E402 — after matplotlib.use("Agg")
 from matplotlib.patches import Circle, FancyArrowPatch, Rectangle  # noqa: E402 — after matplotlib.use("Agg")
 
-from simlab.sim.collectives import (  # noqa: E402 — after matplotlib.use("Agg")
-    naive_all_reduce, ring_all_reduce, tree_broadcast)
-from simlab.sim.stepper import simulate  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.mpl import (  # noqa: E402 — after matplotlib.use("Agg")
-    NOT_HELD_COLOR, UNKNOWN_COLOR, draw_bytes, draw_ring_step,
-    draw_timeline, rank_position)
+from simlab.render.collectives_figures import draw_bytes, draw_ring_step, draw_timeline, rank_position  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.style import NOT_HELD_COLOR, UNKNOWN_COLOR  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.collectives import naive_all_reduce, ring_all_reduce, tree_broadcast  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.collectives_stepper import simulate  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.trace import Event, Trace  # noqa: E402 — after matplotlib.use("Agg")
 
 
@@ -110,12 +108,12 @@ def test_timeline_for_simulated_and_real_traces():
 
 
 def test_figures_save_headless_and_no_pyplot_or_torch():
-    code = ("import sys; from simlab.render import collectives, mpl, text;"
+    code = ("import sys; from simlab.render import collectives, collectives_figures as figures, collectives_text;"
             "assert 'matplotlib' not in sys.modules and 'ipywidgets' not in sys.modules;"
-            "from simlab.sim.collectives import ring_all_reduce; from simlab.sim.stepper import simulate;"
+            "from simlab.sim.collectives import ring_all_reduce; from simlab.sim.collectives_stepper import simulate;"
             "p = ring_all_reduce(4, 8); r = simulate(p); import io;"
-            "mpl.draw_ring_step(r.steps[2], p).savefig(io.BytesIO(), format='png');"
-            "mpl.draw_timeline(r.trace, 4).savefig(io.BytesIO(), format='png');"
+            "figures.draw_ring_step(r.steps[2], p).savefig(io.BytesIO(), format='png');"
+            "figures.draw_timeline(r.trace, 4).savefig(io.BytesIO(), format='png');"
             "assert 'matplotlib.pyplot' not in sys.modules and 'torch' not in sys.modules")
     root = pathlib.Path(__file__).parents[2]  # so `simlab` imports from this checkout
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=root)
@@ -130,7 +128,7 @@ def _font_sizes(fig):
 
 @pytest.mark.parametrize("n", [2, 4, 6, 8, 16])
 def test_ring_figure_fits_a_screen_and_every_word_is_at_least_10_pt(n):
-    from simlab.render.mpl import figure_png, png_size
+    from simlab.render.picture import figure_png, png_size
     plan = ring_all_reduce(n, 2 * n)
     fig = draw_ring_step(simulate(plan).steps[1], plan)
     assert min(_font_sizes(fig)) >= 10  # shown at 100 px per inch: 10 pt = 14 px

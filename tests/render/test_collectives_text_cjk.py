@@ -1,20 +1,19 @@
-"""Text tables line up by *display* width: a Chinese character (and full-width punctuation such as '，'
-or '（') takes two columns of a fixed-width font, so padding by `len` would push every column after a
-Chinese header left. English tables must keep exactly the widths they had (every character one column,
-the ambiguous ·, Σ, → and × included).
+"""Lesson 1's text tables line up by *display* width (`render.style.pad`): a Chinese character (and
+full-width punctuation such as '，' or '（') takes two columns of a fixed-width font, so padding by `len`
+would push every column after a Chinese header left. English tables must keep exactly the widths they had
+(every character one column, the ambiguous ·, Σ, → and × included).
 
 Column positions are measured here with our own independent count (`columns`, from unicodedata), then
 compared row against row: a table lines up when every row puts a column's first character at the same
-display column as the header does."""
+display column as the header does. The helpers themselves are tested in tests/render/test_style.py."""
 import unicodedata
 
 import pytest
 
 from simlab import i18n
-from simlab.render.text import (bytes_table, display_width, pad, rows_table, side_by_side_text, step_text,
-                                trace_table)
+from simlab.render.collectives_text import bytes_table, side_by_side_text, step_text, trace_table
 from simlab.sim.collectives import ring_all_reduce
-from simlab.sim.stepper import simulate
+from simlab.sim.collectives_stepper import simulate
 
 
 @pytest.fixture(autouse=True)
@@ -36,28 +35,6 @@ def starts(line: str, cells: list[str]) -> list[int]:
         out.append(columns(line[:at]))
         at += len(cell)
     return out
-
-
-@pytest.mark.parametrize("text, width", [
-    ("chunk 0", 7), ("块 0", 4), ("发送", 4), ("（n=4，32 B）：", 15), ("", 0),
-    ("·Σ→×✓│", 6),  # ambiguous or narrow: one column each, as in Latin fonts, so English stays as it was
-])
-def test_display_width_counts_wide_characters_twice(text, width):
-    assert display_width(text) == width == columns(text)
-
-
-def test_pad_fills_to_display_columns_not_characters():
-    assert pad("块", 4) == "块  " and columns(pad("块", 4)) == 4
-    assert pad("ab", 4) == "ab".ljust(4)  # ASCII: exactly what ljust gives
-
-
-def test_chinese_headers_align_their_columns():
-    rows = [{"进程编号": "r0", "发送字节数": 48, "说明": "ok"}, {"进程编号": "r10", "发送字节数": 1024, "说明": "全部"}]
-    lines = rows_table(rows).splitlines()
-    header = starts(lines[0], ["进程编号", "发送字节数", "说明"])
-    assert header == [0, 10, 22]  # 进程编号 is 8 columns wide, +2; 发送字节数 10, +2
-    assert starts(lines[1], ["r0", "48", "ok"]) == header
-    assert starts(lines[2], ["r10", "1,024", "全部"]) == header
 
 
 def test_english_tables_keep_their_old_widths():

@@ -1,4 +1,4 @@
-"""Two-lane timelines: one bar per event in the right lane, shared time axis, stable text."""
+"""Lesson 2's two-lane timelines: one bar per event in the right lane, shared time axis, stable text."""
 import dataclasses
 import io
 
@@ -11,11 +11,9 @@ from matplotlib.colors import to_hex  # noqa: E402 — after matplotlib.use("Agg
 from matplotlib.figure import Figure  # noqa: E402 — after matplotlib.use("Agg")
 from matplotlib.patches import Rectangle  # noqa: E402 — after matplotlib.use("Agg")
 
-from simlab.render.timeline import (  # noqa: E402 — after matplotlib.use("Agg")
-    ALL_REDUCE_SHADES, STYLE, draw_dp_vs_ddp, draw_lanes,
-    lanes_text)
-from simlab.sim.data_parallel import (  # noqa: E402 — after matplotlib.use("Agg")
-    simulate_ddp, simulate_dp, workload_from_layers)
+from simlab.render.data_parallel_timeline import draw_dp_vs_ddp, draw_lanes, draw_lanes_sim_vs_real, lanes_text  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.style import ALL_REDUCE_SHADES, KIND_COLOR, PHASE_COLOR  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.data_parallel import simulate_ddp, simulate_dp, workload_from_layers  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.trace import Event, Trace  # noqa: E402 — after matplotlib.use("Agg")
 
 W = workload_from_layers()  # 5 layers, 4 devices, 3 buckets
@@ -56,7 +54,7 @@ def test_bars_span_event_times_and_colour_by_name():
     shades = [to_hex(b.get_facecolor()) for b in sorted(bars(ax, "r2 comm"), key=lambda b: b.get_x())]
     assert shades == [ALL_REDUCE_SHADES[0], ALL_REDUCE_SHADES[1], ALL_REDUCE_SHADES[0]]
     compute = {to_hex(b.get_facecolor()) for b in bars(ax, "r2 compute")}
-    assert {STYLE["fwd"][1], STYLE["bwd"][1]} <= compute
+    assert {PHASE_COLOR["fwd"], PHASE_COLOR["bwd"]} <= compute
 
 
 def test_wide_bars_get_labels_narrow_ones_do_not():
@@ -73,7 +71,7 @@ def test_real_trace_sends_and_receives_go_to_the_comm_lane():
     ax = draw_lanes(real, 2).axes[0]
     assert [len(bars(ax, g)) for g in ("r0 compute", "r0 comm", "r1 compute", "r1 comm")] == [0, 1, 1, 1]
     assert min(p.get_x() for p in ax.patches) == 0.0  # wall time starts at the run's first event
-    assert to_hex(bars(ax, "r0 comm")[0].get_facecolor()) == STYLE["send"][1]
+    assert to_hex(bars(ax, "r0 comm")[0].get_facecolor()) == KIND_COLOR["send"]
     draw_lanes(Trace(), 3)  # an empty trace draws empty lanes, no crash
 
 
@@ -131,12 +129,11 @@ def test_lanes_text_golden_for_a_small_trace():
 def test_sim_vs_real_draws_four_rows_for_one_rank():
     import dataclasses
 
-    from simlab.render.timeline import draw_sim_vs_real
     from simlab.sim.data_parallel import simulate_ddp, workload_from_layers
 
     sim = simulate_ddp(workload_from_layers([1 << 16] * 3, world_size=2, global_batch=4, bucket_cap_mb=0.3))
     real = [dataclasses.replace(e, step=1) for e in sim.trace]  # stands in for a measured step
-    fig = draw_sim_vs_real(sim.trace, real, rank=1, step=1)
+    fig = draw_lanes_sim_vs_real(sim.trace, real, rank=1, step=1)
     gids = [p.get_gid() for p in fig.axes[0].patches]
     mine = [e for e in sim.trace if e.rank == 1]
     assert gids.count("simulated comm") == gids.count("real comm") == sum(e.kind == "comm" for e in mine)
@@ -152,10 +149,9 @@ def _texts(fig):
 
 
 def test_every_text_is_at_least_10_points_and_the_legend_sits_beside_the_bars():
-    from simlab.render.timeline import draw_sim_vs_real
     dp, ddp = simulate_dp(W), simulate_ddp(W)
     real = [dataclasses.replace(e, step=1) for e in ddp.trace]
-    for fig in (draw_dp_vs_ddp(dp, ddp), draw_lanes(ddp.trace, 4), draw_sim_vs_real(ddp.trace, real)):
+    for fig in (draw_dp_vs_ddp(dp, ddp), draw_lanes(ddp.trace, 4), draw_lanes_sim_vs_real(ddp.trace, real)):
         fig.canvas.draw()
         small = [(t.get_text(), t.get_fontsize()) for t in _texts(fig) if t.get_fontsize() < 10]
         assert small == []  # shown at 100 px per inch, 10 pt is ~14 px
