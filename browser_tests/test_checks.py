@@ -46,3 +46,25 @@ def test_every_check_reports_its_fault(lab, page):
     expected = [want for _, want in CELLS] + ["opens modified"]
     missing = [want for want in expected if want not in report]
     assert not missing, f"faults not reported: {missing}\nreported:\n{report}"
+
+
+def test_only_jupyterlabs_own_glitch_earns_a_second_check():
+    from types import SimpleNamespace
+
+    from .test_lessons import LAB_GLITCH, checked_twice_on_lab_glitch
+
+    def runs(*answers):
+        tries = iter(answers)
+        calls = []
+
+        def check():
+            calls.append(1)
+            return SimpleNamespace(problems=list(next(tries)))
+        return check, calls
+    glitch = f"uncaught error in the page: {LAB_GLITCH}: Unexpected token"
+    check, calls = runs([glitch], [])
+    assert checked_twice_on_lab_glitch(check) == [] and len(calls) == 2  # once more, and clean
+    check, calls = runs([glitch], [glitch])
+    assert checked_twice_on_lab_glitch(check) == [glitch] and len(calls) == 2  # twice: it fails
+    check, calls = runs([glitch, "cell 3: an error output"])
+    assert len(checked_twice_on_lab_glitch(check)) == 2 and len(calls) == 1  # anything else: no second try

@@ -51,17 +51,39 @@ def check_notebook(nb: Notebook, run_all_timeout_s: float = RUN_ALL_TIMEOUT_S) -
             f"{sum(len(r.changed) for r in reports)} controls in {time.monotonic() - start:.0f} s")
 
 
-@pytest.mark.timeout(600)  # the project's 300 s is too short for lesson 6 on a busy 2-core machine
+# JupyterLab's own websocket decoding failed once in CI on a loaded 2-core machine ("Kernel message validation
+# error: … \"stream.stderr\" is not valid JSON": a frame's offsets, jupyterlab/services, before any of our
+# code sees the message). When that is the ONLY problem, the lesson is checked once more from a fresh page,
+# and the glitch is printed; any other problem, or the glitch twice, fails as before.
+LAB_GLITCH = "Kernel message validation error"
+
+
+def checked_twice_on_lab_glitch(check) -> list:
+    """`check()` returns a Notebook; its problems, after one more try if JupyterLab's glitch was all."""
+    problems = check().problems
+    if problems and all(LAB_GLITCH in p for p in problems):
+        print(f"JupyterLab glitch, checking once more: {problems[0]}")
+        problems = check().problems
+    return problems
+
+
+@pytest.mark.timeout(900)  # the project's 300 s is too short for lesson 6 on a busy 2-core machine (twice at worst)
 @pytest.mark.parametrize("lesson", lessons())
 def test_lesson_in_the_browser(lab, page, artifacts, lesson):
-    nb = Notebook(page, lab, f"notebooks/{lesson}")
-    try:
-        summary = check_notebook(nb)
-        print(f"{lesson}: {summary}")
-    finally:
-        page.screenshot(path=str(artifacts / lesson.replace(".ipynb", ".png")))
-        nb.close()
-    assert not nb.problems, f"{lesson} ({summary}):\n  " + "\n  ".join(nb.problems)
+    summary = ""
+
+    def check() -> Notebook:
+        nonlocal summary
+        nb = Notebook(page, lab, f"notebooks/{lesson}")
+        try:
+            summary = check_notebook(nb)
+            print(f"{lesson}: {summary}")
+        finally:
+            page.screenshot(path=str(artifacts / lesson.replace(".ipynb", ".png")))
+            nb.close()
+        return nb
+    problems = checked_twice_on_lab_glitch(check)
+    assert not problems, f"{lesson} ({summary}):\n  " + "\n  ".join(problems)
 
 
 def zh_lessons() -> list[str]:
@@ -69,21 +91,25 @@ def zh_lessons() -> list[str]:
     return sorted(p.name for p in (ROOT / "notebooks" / "zh").glob("*.ipynb"))
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("lesson", zh_lessons())
 def test_chinese_lesson_in_the_browser(lab, page, artifacts, lesson):
     """The Chinese lessons: Run All with no error, every widget drawn (Chinese hints and labels included), no
     broken picture, an empty Log Console. Their controls are the English lessons' own code, exercised above."""
-    nb = Notebook(page, lab, f"notebooks/zh/{lesson}")
-    try:
-        nb.open()
-        nb.check_fresh()
-        ran_s = nb.run_all(RUN_ALL_TIMEOUT_S)
-        widgets = nb.check_rendering()
-        nb.problems.extend(nb.js("pictureProblems()"))
-        nb.check_log_console()
-        print(f"zh/{lesson}: Run All {ran_s:.0f} s, {len(widgets)} widgets")
-    finally:
-        page.screenshot(path=str(artifacts / ("zh_" + lesson.replace(".ipynb", ".png"))))
-        nb.close()
-    assert not nb.problems, f"zh/{lesson}:\n  " + "\n  ".join(dict.fromkeys(nb.problems))
+    def check() -> Notebook:
+        nb = Notebook(page, lab, f"notebooks/zh/{lesson}")
+        try:
+            nb.open()
+            nb.check_fresh()
+            ran_s = nb.run_all(RUN_ALL_TIMEOUT_S)
+            widgets = nb.check_rendering()
+            nb.problems.extend(nb.js("pictureProblems()"))
+            nb.check_log_console()
+            print(f"zh/{lesson}: Run All {ran_s:.0f} s, {len(widgets)} widgets")
+        finally:
+            page.screenshot(path=str(artifacts / ("zh_" + lesson.replace(".ipynb", ".png"))))
+            nb.close()
+        nb.problems[:] = dict.fromkeys(nb.problems)
+        return nb
+    problems = checked_twice_on_lab_glitch(check)
+    assert not problems, f"zh/{lesson}:\n  " + "\n  ".join(problems)
