@@ -21,6 +21,15 @@ def rejected(capsys):
 
 
 @pytest.fixture
+def english_afterwards():
+    """The language back to English after a test that switched it: other tests and doctests expect English.
+    Files that switch it use it for every test: `pytestmark = pytest.mark.usefixtures("english_afterwards")`."""
+    yield
+    from simlab import i18n
+    i18n.set_language("en")
+
+
+@pytest.fixture
 def no_launch(monkeypatch):
     """Fails the test if anything tries to start worker processes (checks must refuse bad input first).
     Patched where every launch passes, whichever module imported `launch`."""

@@ -28,10 +28,7 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 FIELD = re.compile(r"\{(\w*)[^{}]*\}")
 
 
-@pytest.fixture(autouse=True)
-def english_afterwards():
-    yield
-    i18n.set_language("en")  # other tests (and doctests) expect English
+pytestmark = pytest.mark.usefixtures("english_afterwards")  # tests/conftest.py: English again after each test
 
 
 def translations():

@@ -13,11 +13,7 @@ from simlab.render.collectives_text import header, phase_name, step_text, transf
 from simlab.sim.collectives import naive_all_reduce, ring_all_gather, ring_all_reduce, tree_broadcast
 from simlab.sim.collectives_stepper import simulate
 
-
-@pytest.fixture(autouse=True)
-def english_afterwards():
-    yield
-    i18n.set_language("en")
+pytestmark = pytest.mark.usefixtures("english_afterwards")  # tests/conftest.py: English again after each test
 
 
 def fake_run(world_size=4, numel=10) -> dict:

@@ -31,10 +31,7 @@ from simlab.sim.pipeline_schedules import gpipe, make_schedule, one_f_one_b  # n
 NUMBER = re.compile(r"\d+(?:\.\d+)?")
 
 
-@pytest.fixture(autouse=True)
-def english_afterwards():
-    yield
-    i18n.set_language("en")
+pytestmark = pytest.mark.usefixtures("english_afterwards")  # tests/conftest.py: English again after each test
 
 
 def in_both(make):

@@ -30,10 +30,7 @@ NUMBER = re.compile(r"\d+(?:[.,]\d+)*")
 SIZES = (3, 4, 2, 5)  # the exercise's MLP
 
 
-@pytest.fixture(autouse=True)
-def english_afterwards():
-    yield
-    i18n.set_language("en")
+pytestmark = pytest.mark.usefixtures("english_afterwards")  # tests/conftest.py: English again after each test
 
 
 def stored_output(path: str, cell_id: str) -> str:

@@ -15,11 +15,7 @@ from simlab.render.collectives_text import bytes_table, side_by_side_text, step_
 from simlab.sim.collectives import ring_all_reduce
 from simlab.sim.collectives_stepper import simulate
 
-
-@pytest.fixture(autouse=True)
-def english_afterwards():
-    yield
-    i18n.set_language("en")
+pytestmark = pytest.mark.usefixtures("english_afterwards")  # tests/conftest.py: English again after each test
 
 
 def columns(text: str) -> int:

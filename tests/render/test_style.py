@@ -20,10 +20,7 @@ SIMLAB = pathlib.Path(__file__).parents[2] / "simlab"
 COLOUR = re.compile(r"#(?:[0-9a-fA-F]{6}|[0-9a-fA-F]{3})\b")
 
 
-@pytest.fixture(autouse=True)
-def english_afterwards():
-    yield
-    i18n.set_language("en")
+pytestmark = pytest.mark.usefixtures("english_afterwards")  # tests/conftest.py: English again after each test
 
 
 # ---- the palette -------------------------------------------------------------------------------------------
