@@ -11,7 +11,8 @@ elements [r·S, (r+1)·S) with S = ceil(P / N) — its *shard*. Then, per step:
            frees them after, gathers again for backward and reduce-scatters its grads straight away;
   offload: the fp32 master shard, Adam's m and v and the grad shard live on the host (CPU); the device
            only computes. Here device and host are both the CPU, but the copies are the real data path.
-The layout and the two collectives live in `simlab.exec.zero_shards`. ZeRO shards over a process `group`
+The layout and the two collectives live in `simlab.exec.zero_shards`, the sharded and traced layers in
+`simlab.exec.zero_layers`. ZeRO shards over a process `group`
 (default WORLD; in 3-D parallelism the data-parallel group): N is its size, "rank" our rank in it.
 Tensors stay on the model's device; offloaded state goes to the host. Every kept tensor is counted in
 `memory()`, and every compute and collective lands in `rec.events` (a `simlab.trace.Recorder`; a
@@ -28,6 +29,7 @@ from torch import nn
 from .._checks import check_int
 from ..sim.memory import check_offload
 from ..trace import Recorder
+from .zero_layers import ShardedLinear, TracedLinear
 from .zero_shards import (
     all_gather,
     bytes_sent,
@@ -50,103 +52,6 @@ def adam_update(param, grad, exp_avg, exp_avg_sq, step: int, lr: float, betas=(0
     step_size = lr / (1 - beta1 ** step)  # bias corrections: m and v start at 0
     denom = (exp_avg_sq.sqrt() / (1 - beta2 ** step) ** 0.5).add_(eps)
     param.addcdiv_(exp_avg, denom, value=-step_size)
-
-
-# ---------------------------------------------------------------- stage 3: the layer owns a shard only
-
-class _GatheredLinear(torch.autograd.Function):
-    """y = x·Wᵀ + b where W, b exist only between a gather and a free — in forward and again in backward."""
-
-    @staticmethod
-    def forward(ctx, x, shard, layer):
-        full = layer.gather()  # (N·S,)
-        weight, bias = layer.unflatten(full)
-        y = layer.rec.timed("compute", f"forward L{layer.index}", lambda: torch.addmm(bias, x, weight.t()))
-        layer.free(full)  # W is not saved for backward: that is the memory ZeRO-3 wins
-        ctx.save_for_backward(x)
-        ctx.layer = layer
-        return y  # (b, out)
-
-    @staticmethod
-    def backward(ctx, grad_y):  # grad_y: (b, out)
-        (x,), layer = ctx.saved_tensors, ctx.layer
-        full = layer.gather()  # re-gather: forward dropped it
-        weight, _ = layer.unflatten(full)
-
-        def compute():
-            grad_x = grad_y @ weight if ctx.needs_input_grad[0] else None  # (b, in)
-            return grad_x, grad_y.t() @ x, grad_y.sum(0)  # (out, in), (out,)
-        grad_x, grad_w, grad_b = layer.rec.timed("compute", f"backward L{layer.index}", compute)
-        layer.free(full)
-        rows = new_rows(layer.numel, layer.world_size, full.device)  # (N, S) full grads, transient
-        into_rows(rows, [grad_w, grad_b])
-        grad_shard = layer.rec.timed("comm", f"reduce-scatter L{layer.index}", lambda: reduce_scatter_mean(
-            rows, layer.group).clone(), nbytes=bytes_sent("reduce-scatter", rows, layer.group))  # keep S, not (N, S)
-        return grad_x, grad_shard, None  # autograd puts grad_shard into shard.grad: (S,)
-
-
-class ShardedLinear(nn.Module):
-    """A Linear whose only parameter is this rank's (S,) shard of its flattened, padded weight+bias."""
-
-    def __init__(self, linear: nn.Linear, index: int, group, rec: Recorder):
-        super().__init__()
-        self.index, self.group, self.rec = index, group, rec
-        self.rank, self.world_size = dist.get_rank(group), dist.get_world_size(group)
-        self.shape = tuple(linear.weight.shape)  # (out, in)
-        self.numel = linear.weight.numel() + linear.bias.numel()  # P
-        self.shard = nn.Parameter(own_block([linear.weight, linear.bias], self.rank,
-                                            shard_size(self.numel, self.world_size)))
-
-    def gather(self) -> torch.Tensor:
-        rows = new_rows(self.numel, self.world_size, self.shard.device)  # (N, S)
-        rows[self.rank] = self.shard.detach()
-        return self.rec.timed("comm", f"all-gather L{self.index}", lambda: all_gather(rows, self.group),
-                              nbytes=bytes_sent("all-gather", rows, self.group)).view(-1)  # (N·S,)
-
-    def free(self, full: torch.Tensor) -> None:
-        # resize_(0) releases the storage now, even while views of it are still referenced; a local act, not
-        # communication: "compute", as the walkthrough records it (a comm lane would show a free as traffic)
-        self.rec.timed("compute", f"free L{self.index}", lambda: full.untyped_storage().resize_(0))
-
-    def unflatten(self, full: torch.Tensor):
-        out, fan_in = self.shape
-        return full[:out * fan_in].view(out, fan_in), full[out * fan_in:self.numel]  # (out, in), (out,)
-
-    def forward(self, x):
-        return _GatheredLinear.apply(x, self.shard, self)
-
-
-# ---------------------------------------------------------------- stages 1, 2: a whole layer, traced
-
-class _TracedFn(torch.autograd.Function):
-    """nn.Linear's arithmetic, its forward and backward recorded as events (as stage 3's are)."""
-
-    @staticmethod
-    def forward(ctx, x, weight, bias, layer):
-        ctx.save_for_backward(x, weight)
-        ctx.layer = layer
-        return layer.rec.timed("compute", f"forward L{layer.index}", lambda: torch.addmm(bias, x, weight.t()))
-
-    @staticmethod
-    def backward(ctx, grad_y):  # grad_y: (b, out)
-        x, weight = ctx.saved_tensors
-
-        def compute():
-            grad_x = grad_y @ weight if ctx.needs_input_grad[0] else None  # (b, in)
-            return grad_x, grad_y.t() @ x, grad_y.sum(0)  # (out, in), (out,)
-        # autograd accumulates the grads into weight.grad after this returns: stage 2's hook reduces them then
-        return (*ctx.layer.rec.timed("compute", f"backward L{ctx.layer.index}", compute), None)
-
-
-class TracedLinear(nn.Module):
-    """Stages 1 and 2: the layer stays whole (same parameters, same order); only its events are recorded."""
-
-    def __init__(self, linear: nn.Linear, index: int, rec: Recorder):
-        super().__init__()
-        self.linear, self.index, self.rec = linear, index, rec
-
-    def forward(self, x):
-        return _TracedFn.apply(x, self.linear.weight, self.linear.bias, self)
 
 
 # ---------------------------------------------------------------- the optimizer that owns the shards
