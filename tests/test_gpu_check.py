@@ -1,8 +1,9 @@
-"""tools/gpu_check.py without a GPU: which check runs how on one GPU and on one GPU per rank, its verdicts, the
-one line it prints where there is no GPU, and its CPU dry run (tiny sizes, the same plan; no timing asserted).
-Also `SIMLAB_DEVICE`, the launcher's switch that lets gloo ranks share a GPU."""
+"""tools/gpu_check.py (the launcher) and tools/gpu_checks/ (the checks) without a GPU: which check runs how on one
+GPU and on one GPU per rank, its verdicts, the one line it prints where there is no GPU, and its CPU dry run (tiny
+sizes, the same plan; no timing asserted). Also `SIMLAB_DEVICE`, the launcher's switch that lets gloo ranks share a
+GPU."""
+import ast
 import os
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,10 @@ from simlab.exec.launch import device, launch
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "gpu_check.py"
-gpu_check = runpy.run_path(str(SCRIPT))  # the script's functions, not run as __main__
+PACKAGE = ROOT / "tools" / "gpu_checks"
+sys.path.insert(0, str(ROOT / "tools"))
+from gpu_checks import measure, memory, parity, plan, report, timing  # noqa: E402 — after sys.path gains tools/
+
 DEVICE_ENV = "SIMLAB_DEVICE"
 NO_GPU = pytest.mark.skipif(torch.cuda.device_count() > 0, reason="this machine has a GPU")
 
@@ -27,12 +31,12 @@ def run(*args, timeout=280):
 
 
 def checks(mode, gpus):
-    return {check: how for group in gpu_check["plan"](mode, gpus) for check, how in group.checks}
+    return {check: how for group in plan.plan(mode, gpus) for check, how in group.checks}
 
 
 def doc_checks():
     """The check names of the docstring's one-GPU table ("zero: zero1/zero2" is two checks)."""
-    lines = gpu_check["__doc__"].split("On ONE GPU")[1].split("\n\n")[1].splitlines()[2:]
+    lines = plan.__doc__.split("On ONE GPU")[1].split("\n\n")[1].splitlines()[2:]
     names = []
     for line in lines:
         prefix, rest = line.split("|")[1].strip().split(": ", 1)
@@ -45,13 +49,13 @@ def doc_checks():
 def test_on_one_gpu_ranks_share_it_only_where_gloo_takes_cuda_tensors():
     one = checks("one-gpu", 1)
     assert sorted(one) == sorted(doc_checks())  # the docstring's table is the plan
-    point_to_point = ["collectives: ring-all-reduce", "pipeline: interleaved"] + [f"zero: {z}" for z in gpu_check["ZERO"]]
+    point_to_point = ["collectives: ring-all-reduce", "pipeline: interleaved"] + [f"zero: {z}" for z in plan.ZERO]
     for name in point_to_point:  # gloo cannot send/recv CUDA tensors; NCCL refuses two ranks on one GPU
         assert one[name] == "nccl, 1 rank on cuda:0"
     for name in ("launch: gloo on cuda", "data parallel: ddp", "tensor parallel: mlp", "tensor parallel: attention",
                  "3-d: dp·pp·tp = 1·1·2"):
         assert one[name] == "gloo, 2 ranks sharing cuda:0"
-    for z in gpu_check["ZERO"]:
+    for z in plan.ZERO:
         assert one[f"memory: {z}"] == "fake group, rank 0 of 4 on cuda:0"
     assert one["memory: 3-d last stage"] == "fake group, rank 7 of 8 on cuda:0"
     assert "nccl: 2 ranks on one gpu" in one
@@ -61,9 +65,9 @@ def test_on_one_gpu_ranks_share_it_only_where_gloo_takes_cuda_tensors():
 def test_with_one_gpu_per_rank_the_parity_runs_nccl_as_before():
     for gpus, n in ((2, 2), (4, 4), (8, 4)):
         many = checks("gpu-per-rank", gpus)
-        parity = [c for c in many if not c.startswith(("memory", "timing"))]
-        assert all(many[c] == f"nccl, {n} ranks, one GPU each" for c in parity)
-        assert all(many[f"memory: {z}"] == f"nccl, {n} ranks, one GPU each" for z in gpu_check["ZERO"])
+        parity_rows = [c for c in many if not c.startswith(("memory", "timing"))]
+        assert all(many[c] == f"nccl, {n} ranks, one GPU each" for c in parity_rows)
+        assert all(many[f"memory: {z}"] == f"nccl, {n} ranks, one GPU each" for z in plan.ZERO)
         assert "pipeline: 1f1b" in many and "nccl: 2 ranks on one gpu" not in many
     assert "3-d: dp·pp·tp = 1·2·2" in checks("gpu-per-rank", 4)
 
@@ -73,15 +77,15 @@ def test_the_dry_run_is_the_one_gpu_plan_on_the_cpu():
     renamed = {"launch: gloo on cuda": "launch: device plumbing"}
     assert {renamed.get(c, c) for c in one} - {"nccl: 2 ranks on one gpu"} == set(cpu)
     assert cpu["zero: zero3"] == "gloo, 1 rank on cpu" and cpu["data parallel: ddp"] == "gloo, 2 ranks on cpu"
-    assert gpu_check["mode_of"]("cpu", 8) == "cpu" and gpu_check["mode_of"]("cuda", 1) == "one-gpu"
+    assert plan.mode_of("cpu", 8) == "cpu" and plan.mode_of("cuda", 1) == "one-gpu"
 
 
 def test_only_picks_groups_and_checks_by_prefix():
-    groups = gpu_check["select"](gpu_check["plan"]("one-gpu", 1), "memory: zero2,tensor")
+    groups = plan.select(plan.plan("one-gpu", 1), "memory: zero2,tensor")
     assert [(g.name, [c for c, _ in g.checks]) for g in groups] == [
         ("memory-zero", ["memory: zero2"]), ("tensor-parallel", ["tensor parallel: mlp", "tensor parallel: attention"])]
-    assert [g.name for g in gpu_check["select"](gpu_check["plan"]("cpu", 0), "_hang")] == ["_hang"]  # a test's, by name only
-    assert gpu_check["select"](gpu_check["plan"]("cpu", 0), None) == gpu_check["plan"]("cpu", 0)
+    assert [g.name for g in plan.select(plan.plan("cpu", 0), "_hang")] == ["_hang"]  # a test's, by name only
+    assert plan.select(plan.plan("cpu", 0), None) == plan.plan("cpu", 0)
 
 
 @pytest.mark.parametrize("name, gib, preset", [
@@ -89,59 +93,59 @@ def test_only_picks_groups_and_checks_by_prefix():
     ("NVIDIA A100-SXM4-80GB", 79.2, "a100-80gb"), ("NVIDIA A100-SXM4-40GB", 39.4, "a100-40gb"),
     ("NVIDIA GeForce RTX 4090", 23.6, "rtx-4090"), ("NVIDIA B200", 178.4, "b200"), ("Tesla T4", 14.6, None)])
 def test_the_time_model_takes_the_preset_named_after_the_gpu(name, gib, preset):
-    assert gpu_check["gpu_preset"](name, gib * 2**30) == preset
+    assert timing.gpu_preset(name, gib * 2**30) == preset
     if preset:
         from simlab.sim.gpus import GPUS
         assert preset in GPUS
 
 
 def test_sequences_per_step_fill_the_gpu_without_overflowing_it():
-    assert [gpu_check["sequences_for"](g * 2**30) for g in (139.8, 79.2, 39.4)] == [8, 4, 2]
+    assert [timing.sequences_for(g * 2**30) for g in (139.8, 79.2, 39.4)] == [8, 4, 2]
 
 
 # ---------------------------------------------------------------- verdicts
 
 def test_a_rank_that_computed_on_the_wrong_device_fails_its_row(tmp_path, monkeypatch):
-    monkeypatch.setenv(gpu_check["LOG_ENV"], str(tmp_path))
+    monkeypatch.setenv(measure.LOG_ENV, str(tmp_path))
 
     def ranks_on_cpu(twin):  # as if two ranks handed CPU tensors to torch.distributed's collectives
         (tmp_path / "1.log").write_text("cpu\ncpu\n")
         return {"max_abs_diff_vs_reference": 0.0, "max_abs_diff_vs_torch": 0.0, "backend": "gloo", "world_size": 2}
-    r = gpu_check["parity"]("x", "gloo, 2 ranks sharing cuda:0", ranks_on_cpu, 1e-4, "cuda")
+    r = parity.parity("x", "gloo, 2 ranks sharing cuda:0", ranks_on_cpu, 1e-4, "cuda")
     assert r["ok"] == "✗" and "2 on cpu" in r["measured"]
-    assert gpu_check["parity"]("x", "", ranks_on_cpu, 1e-4, "cpu")["ok"] == "✓"
+    assert parity.parity("x", "", ranks_on_cpu, 1e-4, "cpu")["ok"] == "✓"
     assert not list(tmp_path.iterdir())  # read and emptied
 
 
 def test_torchs_twin_failing_is_reported_not_blamed_on_our_engine(tmp_path, monkeypatch):
-    monkeypatch.setenv(gpu_check["LOG_ENV"], str(tmp_path))
+    monkeypatch.setenv(measure.LOG_ENV, str(tmp_path))
 
     def run(twin):
         if twin:
             raise RuntimeError("rank 0 failed: ProcessGroupGloo does not support this on CUDA\nTraceback …")
         return {"max_abs_diff_vs_reference": 2e-7, "max_abs_diff_vs_torch": None, "backend": "gloo", "world_size": 2}
-    r = gpu_check["parity"]("tensor parallel: mlp", "", run, 1e-4, "cuda")
+    r = parity.parity("tensor parallel: mlp", "", run, 1e-4, "cuda")
     assert r["ok"] == "✓" and "torch's twin failed: RuntimeError: rank 0 failed" in r["result"]
-    far = gpu_check["parity"]("x", "", lambda twin: {**run(False), "max_abs_diff_vs_reference": 0.3}, 1e-4, "cuda")
+    far = parity.parity("x", "", lambda twin: {**run(False), "max_abs_diff_vs_reference": 0.3}, 1e-4, "cuda")
     assert far["ok"] == "✗"
-    assert gpu_check["parity"]("x", "", run, 1e-4, "cuda", torch_twin=False)["ok"] == "✗"  # no second try without a twin
+    assert parity.parity("x", "", run, 1e-4, "cuda", torch_twin=False)["ok"] == "✗"  # no second try without a twin
 
 
 def test_memory_rows_pass_within_five_percent():
     held = {"steady": 1_040_000, "peak": 3_000_000, "counted": 1_000_000}
-    assert gpu_check["memory_verdict"]("m", "", held, 1_000_000)["ok"] == "✓"
-    assert gpu_check["memory_verdict"]("m", "", held | {"steady": 1_060_000}, 1_000_000)["ok"] == "✗"
-    on_cpu = gpu_check["memory_verdict"]("m", "", {"steady": None, "peak": None, "counted": 1_000_000}, 1_000_000)
+    assert memory.memory_verdict("m", "", held, 1_000_000)["ok"] == "✓"
+    assert memory.memory_verdict("m", "", held | {"steady": 1_060_000}, 1_000_000)["ok"] == "✗"
+    on_cpu = memory.memory_verdict("m", "", {"steady": None, "peak": None, "counted": 1_000_000}, 1_000_000)
     assert on_cpu["ok"] == "✓" and on_cpu["measured"].startswith("counted (cpu)")
 
 
 def test_the_table_is_markdown_and_one_line_per_failure():
-    text = gpu_check["table"]([gpu_check["row"]("a", "b", result="x|y"), gpu_check["row"]("c", "d", ok="info")])
+    text = report.table([report.row("a", "b", result="x|y"), report.row("c", "d", ok="info")])
     lines = text.splitlines()
     assert lines[0].startswith("| check") and set(lines[1]) <= set("|-") and len(lines) == 4
     assert "x/y" in text  # a pipe inside a cell would split it
     err = RuntimeError("ncclInvalidUsage: invalid usage\nLast error:\nDuplicate GPU detected : rank 1 and rank 0")
-    assert gpu_check["one_line"](err) == "Duplicate GPU detected : rank 1 and rank 0"
+    assert report.one_line(err) == "Duplicate GPU detected : rank 1 and rank 0"
 
 
 # ---------------------------------------------------------------- SIMLAB_DEVICE: gloo ranks on a GPU
@@ -169,6 +173,15 @@ def test_simlab_device_is_refused_in_one_line_before_anything_starts(monkeypatch
 
 # ---------------------------------------------------------------- the script itself
 
+def test_each_module_says_what_it_is_and_keeps_to_300_lines():
+    """simlab's rule (tests/test_layers.py) held for the checks' package too; the launcher is only a launcher."""
+    for path in [SCRIPT, *sorted(PACKAGE.glob("*.py"))]:
+        text = path.read_text(encoding="utf-8")
+        assert ast.get_docstring(ast.parse(text)), f"{path.name} has no module docstring"
+        assert len(text.splitlines()) <= 300, f"{path.name}: {len(text.splitlines())} lines"
+    assert len(SCRIPT.read_text(encoding="utf-8").splitlines()) <= 30
+
+
 @NO_GPU
 def test_without_a_gpu_it_says_so_in_one_line_and_fails():
     out = run()
@@ -178,10 +191,10 @@ def test_without_a_gpu_it_says_so_in_one_line_and_fails():
 
 @pytest.mark.slow
 def test_it_imports_no_widget_plotting_or_test_library():
-    code = ("import runpy, sys; ns = runpy.run_path(sys.argv[1]); ns['import_all'](); "
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from gpu_checks.child import import_all; import_all(); "
             "print(sorted({m.split('.')[0] for m in sys.modules} & {'ipywidgets', 'anywidget', 'matplotlib', "
             "'pytest', 'scipy', 'pandas', 'IPython'}), [m for m in sys.modules if m.startswith('simlab.render')])")
-    out = subprocess.run([sys.executable, "-c", code, str(SCRIPT)], capture_output=True, text=True, cwd=ROOT,
+    out = subprocess.run([sys.executable, "-c", code, str(SCRIPT.parent)], capture_output=True, text=True, cwd=ROOT,
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[] []"
@@ -194,7 +207,7 @@ def test_a_check_that_hangs_is_one_row_and_the_run_fails(tmp_path):
     assert "✗ selftest: hang: timed out after 3 s" in out.stdout
 
 
-GROUPS = [group.name for group in gpu_check["plan"]("cpu", 0)]
+GROUPS = [group.name for group in plan.plan("cpu", 0)]
 # make test: the memory rows and the plumbing always, two more groups drawn each day; make test-full: all of them
 DRY_RUN = sample(GROUPS, 2, always=("memory-zero", "memory-3d", "launch", "tensor-parallel"), name="gpu groups")
 
@@ -207,7 +220,7 @@ def test_the_dry_run_passes_every_row_and_writes_its_table(tmp_path):
     text = path.read_text()
     assert "CPU dry run" in text and "| check" in text
     rows = {line.split("|")[1].strip(): line for line in text.splitlines() if line.startswith("| ")}
-    expected = [check for group in gpu_check["plan"]("cpu", 0) if group.name in DRY_RUN for check, _ in group.checks]
+    expected = [check for group in plan.plan("cpu", 0) if group.name in DRY_RUN for check, _ in group.checks]
     assert {"memory: zero1", "memory: zero2", "memory: zero3", "memory: offload", "memory: 3-d first stage",
             "memory: 3-d last stage", "launch: device plumbing", "tensor parallel: mlp",
             "tensor parallel: attention"} <= set(expected)

@@ -1,0 +1,96 @@
+"""What a child measures with: the CUDA bytes it allocated (`Meter`), the device of every tensor simlab hands to
+torch.distributed's collectives (`log_devices`, `logged_devices`), and torch's fake process group, in which one
+process is rank r of N without moving any data (`fake_group`)."""
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+import os
+import sys
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from .report import one_line
+
+
+class Meter:
+    """CUDA bytes this process allocated since it was made (`now`) and at most (`peak`); None on the CPU."""
+
+    def __init__(self, dev: torch.device):
+        self.cuda = dev.type == "cuda"
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+
+    def now(self):
+        if not self.cuda:
+            return None
+        torch.cuda.synchronize()
+        return torch.cuda.memory_allocated() - self.base
+
+    def peak(self):
+        if not self.cuda:
+            return None
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - self.base
+
+
+# Collectives only: torch checks send/recv by identity (`P2POp` wants `isend is torch.distributed.isend`), and
+# they run on NCCL here, which takes no CPU tensor anyway.
+LOGGED = ("all_reduce", "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+          "reduce", "gather", "scatter", "all_to_all_single", "all_gather_single", "reduce_scatter_single")
+LOG_ENV = "SIMLAB_GPU_CHECK_LOG"
+
+
+def log_devices(folder: str) -> None:
+    """Wrap torch.distributed's collectives so that each call *from simlab's code* appends the device type of
+    its first tensor to `folder`/<pid>.log (forked ranks inherit the wrappers). Call before importing simlab:
+    zero_shards binds its collectives at import."""
+    os.environ[LOG_ENV] = folder
+
+    def wrap(fn):
+        @functools.wraps(fn)
+        def logged(*args, **kwargs):
+            caller = sys._getframe(1).f_globals.get("__name__", "")
+            if caller.startswith("simlab.") and args:
+                first = args[0][0] if isinstance(args[0], (list, tuple)) and args[0] else args[0]
+                if isinstance(first, torch.Tensor):
+                    with open(os.path.join(folder, f"{os.getpid()}.log"), "a") as f:
+                        f.write(first.device.type + "\n")
+            return fn(*args, **kwargs)
+        return logged
+    for name in LOGGED:
+        if callable(getattr(dist, name, None)):
+            setattr(dist, name, wrap(getattr(dist, name)))
+
+
+def logged_devices() -> dict:
+    """{device type: tensors} simlab passed to torch.distributed since the last call (the log is emptied)."""
+    folder, counts = os.environ.get(LOG_ENV), {}
+    if not folder:
+        return counts
+    for path in Path(folder).glob("*.log"):
+        for line in path.read_text().split():
+            counts[line] = counts.get(line, 0) + 1
+        path.unlink()
+    return counts
+
+
+@contextlib.contextmanager
+def fake_group(rank: int, world_size: int):
+    """This process as rank `rank` of `world_size` in torch's fake process group: every collective returns at
+    once without moving data (torch.testing._internal.distributed.fake_pg, what torch's own tests use)."""
+    try:
+        from torch.testing._internal.distributed.fake_pg import FakeStore  # registers the "fake" backend
+    except Exception as err:
+        raise RuntimeError(f"this torch has no fake process group ({one_line(err)})") from None
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    try:
+        yield
+    finally:
+        gc.collect()
+        dist.destroy_process_group()
