@@ -8,6 +8,8 @@ BIN    := $(VENV)/bin
 TORCH_CPU ?= torch==2.13.0
 TORCH_GPU ?= torch>=2.6
 TORCH_CPU_INDEX ?= https://download.pytorch.org/whl/cpu
+# the pin of pyproject's [export] extra (tests/test_project.py holds them equal): built first, see there
+DEEPSPEED ?= deepspeed==0.19.8
 # Flags for `jupyter lab`, e.g. make lab LAB_ARGS="--no-browser --ip=0.0.0.0 --port=8888"
 LAB_ARGS ?=
 NBVAL_PATHS := notebooks solutions
@@ -42,15 +44,22 @@ work-reset:
 # file's tests, and a notebook's cells, stay on one worker in order. The notebooks go first: they are the longest.
 PARALLEL := -n auto --maxprocesses=4 --dist loadfile
 
-test: setup
+# the frameworks each export is validated with (pyproject's [export]); DS_BUILD_OPS=0: none of DeepSpeed's CUDA ops
+$(BIN)/.export-installed: $(BIN)/.installed pyproject.toml
+	@echo "installing Megatron-Core, DeepSpeed and torchtitan, which the export tests validate with"
+	@DS_BUILD_OPS=0 $(BIN)/python -m pip install --quiet --no-build-isolation "$(DEEPSPEED)"
+	@$(QUIET_EDITABLE) $(BIN)/python -m pip install --quiet -e ".[export]"
+	@touch $@
+
+test: setup $(BIN)/.export-installed
 	$(BIN)/ruff check
 	$(BIN)/python -m pytest $(NBVAL_PATHS) $(TEST_PATHS) --nbval -p no:cacheprovider $(PARALLEL)
 
 # every case of the sweeps that `make test` samples (tests/sampling.py: a seed per day, edge cases always)
-test-full: setup
+test-full: setup $(BIN)/.export-installed
 	SIMLAB_TEST_FULL=1 $(BIN)/python -m pytest $(NBVAL_PATHS) $(TEST_PATHS) --nbval -p no:cacheprovider $(PARALLEL)
 
-test-fast: setup
+test-fast: setup $(BIN)/.export-installed
 	$(BIN)/python -m pytest $(TEST_PATHS) -x -q -m "not slow"
 
 $(BIN)/.browser-installed: $(BIN)/.installed
@@ -74,7 +83,8 @@ bench: setup
 bench-browser: setup $(BIN)/.browser-installed
 	$(BIN)/python benchmarks/browser.py
 
-# every engine on CUDA, CUDA memory and a timed step vs the models, on one GPU or one per rank (tools/gpu_check.py)
+# every engine on CUDA, CUDA memory and a timed step vs the models, on one GPU or one per rank
+# (tools/gpu_check.py, the launcher of the checks in tools/gpu_checks/)
 gpu-check: setup
 	$(BIN)/python tools/gpu_check.py
 

@@ -21,7 +21,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 ARCHITECTURE = ROOT / "ARCHITECTURE.md"
 SKIP_DIRS = {".git", ".venv", "venv", "work", "browser_artifacts", "node_modules", "simlab.egg-info", "__pycache__"}
-LAYER_DIRS = ("sim", "exec", "parity", "render", "grading", "cli", "locale")  # `sim/cost.py` is simlab/sim/cost.py
+LAYER_DIRS = ("sim", "export", "exec", "parity", "render", "grading", "cli", "locale")  # `sim/cost.py` is simlab/sim/cost.py
 BASE = ("plan", "trace", "_checks", "i18n")  # simlab's top-level modules, cited by their stem
 # "Where is X" columns: the layer a module stem in that column lives in
 COLUMN_LAYER = {1: "sim", 2: "exec", 4: "render"}
@@ -30,8 +30,10 @@ EXTERNAL = ("torch", "torch.distributed", "torch.nn", "torch.cuda", "torch.distr
             "torch.distributed.fsdp", "torch.distributed.optim", "gc", "signal", "faulthandler")
 ALLOWED = {  # names and paths from other projects, which nothing here can import: each with why it is cited
     "stage3_max_live_parameters": "DeepSpeed's ZeRO-3 setting, a published default the model uses",
-    "overlap_comm": "DeepSpeed's setting, a published default the model uses",
     "transformer_flops": "Megatron-LM's FLOP count, which the model reproduces",
+    "DeepSpeedConfig": "DeepSpeed's config class (the optional `export` dependencies), which validates our export",
+    "ConfigManager": "torchtitan's config loader (the optional `export` dependencies), which loads our export",
+    "ParallelDims": "torchtitan's parallel-degree check (the optional `export` dependencies)",
     "is_first_microbatch": "Transformer Engine's argument (FP8 weights cached across micro-batches)",
     "reshard_after_forward": "FSDP2's argument as torchtitan sets it (torch's own, on fully_shard)",
     "playwright": "the PyPI package that drives the browser tests (the optional `browser` dependencies)",
@@ -381,8 +383,9 @@ def test_the_layer_rules_are_what_test_layers_enforces():
      "exec: may not import ['ipywidgets'], test_layers says ['ipywidgets', 'matplotlib']"),
     ("| base | `plan`, `trace`, `_checks` |", "| base | `plan`, `trace`, `_checks`, `_moved` |",
      "base: ['plan', 'trace', '_checks', '_moved'], test_layers says ['plan', 'trace', '_checks']"),
-    ("| parity, render, grading, cli |", "| render, grading, cli |",
-     "exec: simlab rule 'render, grading, cli', test_layers says ['cli', 'grading', 'parity', 'render']"),
+    ("| export, parity, render, grading, cli |", "| export, render, grading, cli |",
+     "exec: simlab rule 'export, render, grading, cli', test_layers says ['cli', 'export', 'grading', 'parity', "
+     "'render']"),
     ("matplotlib only lazily", "matplotlib", "i18n: may not import ['ipywidgets', 'matplotlib', 'torch'], "
      "test_layers says ['ipywidgets', 'torch']"),
     ("Only `simlab.i18n` imports `gettext`", "Only `simlab.render` imports `gettext`",

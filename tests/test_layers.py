@@ -2,8 +2,9 @@
 
   layer   modules                                     may not import
   base    simlab.plan, .trace, ._checks               torch, matplotlib, ipywidgets; any simlab module outside base
-  sim     simlab.sim.*                                torch, matplotlib, ipywidgets; exec, render, parity, grading, cli
-  exec    simlab.exec.*                               matplotlib, ipywidgets; render, parity, grading, cli
+  sim     simlab.sim.*                                torch, matplotlib, ipywidgets; export, exec, render, parity, grading, cli
+  export  simlab.export.*                             torch, matplotlib, ipywidgets; exec, render, parity, grading, cli
+  exec    simlab.exec.*                               matplotlib, ipywidgets; export, render, parity, grading, cli
   parity  simlab.parity.*                             matplotlib, ipywidgets; render, grading, cli
   render  simlab.render.*                             torch; exec, parity, grading, cli (a widget that starts a real
                                                       run receives it as a callable)
@@ -30,13 +31,15 @@ import pytest
 MAX_LINES = 300
 DRAWING, TORCH = {"matplotlib", "ipywidgets"}, {"torch"}
 LAYERS = {"top": r"simlab", "cli": r"simlab\.__main__|simlab\.cli([._].+)?", "grading": r"simlab\.grading([._].+)?",
-          "base": r"simlab\.(plan|trace|_checks)(\..+)?", "sim": r"simlab\.sim(\..+)?", "exec": r"simlab\.exec(\..+)?",
+          "base": r"simlab\.(plan|trace|_checks)(\..+)?", "sim": r"simlab\.sim(\..+)?",
+          "export": r"simlab\.export(\..+)?", "exec": r"simlab\.exec(\..+)?",
           "parity": r"simlab\.parity(\..+)?", "render": r"simlab\.render(\..+)?", "i18n": r"simlab\.i18n"}
 # layer: (forbidden third-party packages, why; forbidden simlab layers, or None = "only base allowed")
 RULES = {
     "base": (TORCH | DRAWING, "base is numpy only", None),
-    "sim": (TORCH | DRAWING, "sim/ is numpy only", {"exec", "render", "parity", "grading", "cli"}),
-    "exec": (DRAWING, "exec/ does not draw", {"render", "parity", "grading", "cli"}),
+    "sim": (TORCH | DRAWING, "sim/ is numpy only", {"export", "exec", "render", "parity", "grading", "cli"}),
+    "export": (TORCH | DRAWING, "export/ writes text from sim's plans", {"exec", "render", "parity", "grading", "cli"}),
+    "exec": (DRAWING, "exec/ does not draw", {"export", "render", "parity", "grading", "cli"}),
     "parity": (DRAWING, "parity/ does not draw", {"render", "grading", "cli"}),
     "render": (TORCH, "render/ draws without torch", {"exec", "parity", "grading", "cli"}),
     "i18n": (TORCH | {"ipywidgets"}, "i18n sits beside the layers", None),

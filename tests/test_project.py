@@ -53,6 +53,22 @@ def test_runtime_dependencies_are_the_agreed_ones():
     assert project["optional-dependencies"]["browser"] == ["playwright>=1.40"]
 
 
+def test_make_test_installs_the_export_frameworks_with_deepspeed_built_against_the_venvs_torch():
+    """The export tests validate with the frameworks' own code (pyproject's [export]). DeepSpeed is a source
+    archive whose set-up imports torch: an isolated build would fetch a CUDA torch, so the Makefile builds
+    that very pin first, without isolation."""
+    export = _project()["optional-dependencies"]["export"]
+    assert {_name(r) for r in export} == {"megatron-core", "deepspeed", "torchtitan"}
+    assert all("==" in r for r in export)  # the validations hold for these versions
+    makefile = (ROOT / "Makefile").read_text()
+    pin = re.search(r"^DEEPSPEED \?= (\S+)$", makefile, re.M)[1]
+    assert pin in export
+    rule = re.search(r"^\$\(BIN\)/\.export-installed:.*?\n\n", makefile, re.M | re.S)[0]
+    assert rule.index('--no-build-isolation "$(DEEPSPEED)"') < rule.index('-e ".[export]"')
+    for target in ("test", "test-full", "test-fast"):
+        assert re.search(rf"^{target}: setup \$\(BIN\)/\.export-installed$", makefile, re.M), target
+
+
 def test_packaging_metadata_is_current():
     """An SPDX license string needs setuptools >= 77; the old table form prints a deprecation banner."""
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())

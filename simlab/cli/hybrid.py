@@ -4,6 +4,7 @@ form of `simlab memory` (the most loaded GPU's bytes for any plan).
 
     simlab plan --model gpt3-175b --gpus 1024 --gpus-per-node 8 --gpu a100-80gb --global-batch 1536
     simlab plan --model megatron-1t --gpus 512 --global-batch 512 --tp 8 --pp 64 --dp 1 --recompute full
+    simlab plan --model llama3-70b --gpus 64 --gpu h100-80gb --global-batch 128 --emit megatron --out train.sh
     simlab memory --model gpt3-175b --tp 8 --pp 8 --microbatch 1 --recompute selective --sequence-parallel
 """
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from .. import _checks
 from ..sim.hybrid import PRECISIONS, check_plan
 from .common import add_json
+from .hybrid_export import add_export_flags, check_export_flags, emit_plan, shows_report
 from .hybrid_flags import KNOBS, add_machine_flags, add_model_flags, bucket_from, cluster_from, model_from, plan_from
 
 
@@ -30,6 +32,7 @@ def cmd_transformer_memory(args) -> dict:
 def cmd_plan(args) -> dict:
     """`simlab plan`: one plan when --tp, --pp and --dp are all given, else the advisor's search."""
     from ..sim.advisor import evaluate_plan, search
+    check_export_flags(args)
     model = model_from(args)
     c = cluster_from(args)
     if args.global_batch is None:
@@ -40,9 +43,9 @@ def cmd_plan(args) -> dict:
         plan = plan_from(args, microbatch=1, chunks=1, schedule="1f1b", zero=0, offload=False,
                          sequence_parallel=False, recompute="none", shard=0)
         out = evaluate_plan(model, c, args.global_batch, plan)
-        if not args.json:
+        if shows_report(args):
             show_plan(out)
-        return out
+        return out | ({"export": emit_plan(args, model, c, out, fixed)} if args.emit else {})
     if fixed.get("tp") and model.heads % fixed["tp"]:
         raise ValueError(f"tp={fixed['tp']}: must divide heads={model.heads}")
     if "stage_layers" in fixed:
@@ -53,9 +56,9 @@ def cmd_plan(args) -> dict:
     out = {"best": found["best"], "candidates": found["candidates"], "rejected": found["rejected"],
            "explanation": found["explanation"], "ties": found["ties"], "notes": found["notes"],
            "plans_evaluated": found["plans"]}
-    if not args.json:
+    if shows_report(args):
         show_plan(out)
-    return out
+    return out | ({"export": emit_plan(args, model, c, out, fixed)} if args.emit else {})
 
 
 def show_plan(out: dict) -> None:
@@ -90,6 +93,7 @@ def add_commands(sub, run) -> None:
     pl.add_argument("--precision", choices=PRECISIONS, default="mixed",
                     help="bytes per parameter: 16 / 2+2+12 / 2+4+12 / FP8 matmuls (2+4+12)")
     add_machine_flags(pl)
+    add_export_flags(pl)
     add_json(pl)
     pl.set_defaults(func=cmd_plan, summary=False)
     add_run_hybrid(run)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .. import _checks
 from ..sim.hybrid import ATTENTION, RECOMPUTE, SCHEDULES, Plan, check_overlap
+from .hybrid_export import add_import_flags
 
 SHAPE = ("layers", "hidden", "heads", "seq", "vocab")
 KNOBS = ("microbatch", "tp", "pp", "dp", "chunks", "schedule", "zero", "offload", "sequence_parallel", "recompute",
@@ -34,6 +35,7 @@ def add_model_flags(p, plan_defaults: bool) -> None:
     plan (for `memory`), else to "free" (None: `plan` searches over what is not given)."""
     p.add_argument("--model", default=None, help="a preset: gpt3-175b, llama2-7b|70b, llama3-8b|70b|405b, "
                                                  "bloom-176b, mpt-7b|70b, … megatron-1.7b-2021 … megatron-1008b-2021")
+    add_import_flags(p)
     for name in SHAPE:
         p.add_argument(f"--{name}", type=int, default=None, help=f"model shape: {name} (instead of --model)")
     p.add_argument("--ffn", type=int, default=None, help="MLP inner width (default 4 × hidden)")
@@ -64,13 +66,18 @@ def add_model_flags(p, plan_defaults: bool) -> None:
 
 
 def model_from(args):
-    """The preset named by --model, or the shape given by --layers … --vocab (all five), with the knobs given."""
+    """The preset named by --model, the model of --model-config or --from-megatron-args, or the shape given by
+    --layers … --vocab (all five); with the knobs given."""
     from ..sim.model import Transformer, preset
+    from .hybrid_export import imported_model
     given = {name: getattr(args, name) for name in SHAPE if getattr(args, name) is not None}
+    imported = imported_model(args, given)
     knobs = {"ffn": args.ffn, "kv_heads": args.kv_heads, "gated": args.gated, "dropout": args.dropout,
              "tied": False if args.untied else None, "biases": args.biases,
              "learned_positions": None if args.positions is None else args.positions == "learned"}
     knobs = {k: v for k, v in knobs.items() if v is not None}
+    if imported is not None:
+        return imported.with_(**knobs) if knobs else imported
     if args.model is not None:
         if given:
             raise ValueError(f"{next(iter(given))}={next(iter(given.values()))}: give --model or the shape, not both")

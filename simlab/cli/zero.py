@@ -28,10 +28,12 @@ def cmd_memory(args) -> dict:
     """`simlab memory`: the ZeRO paper's per-GPU memory model for one configuration."""
     from ..sim.memory import check_offload, comm_volume_in_psi, comm_volume_per_step, per_gpu_bytes
 
-    if args.model is not None or args.layers is not None:  # a transformer and a 3-D plan: lesson 6's model
+    transformer = (args.model, args.layers, args.model_config, args.from_megatron_args)
+    if any(x is not None for x in transformer):  # a transformer and a 3-D plan: lesson 6's model
         if args.params is not None or args.gpus is not None:
             given = "params" if args.params is not None else "gpus"
-            raise ValueError(f"{given}={getattr(args, given)}: with --model or --layers the parameters and GPUs "
+            raise ValueError(f"{given}={getattr(args, given)}: with a transformer (--model, --layers, --model-config, "
+                             "--from-megatron-args) the parameters and GPUs "
                              f"follow from the model and --tp --pp --dp")
         out = hybrid.cmd_transformer_memory(args)
         if not args.json:
