@@ -11,6 +11,7 @@ not a searched knob, so the search runs once per overlap setting and the fastest
 from __future__ import annotations
 
 from .._checks import check_choice, check_int
+from ..i18n import _
 from ..sim.advisor import search
 from ..sim.hybrid import Plan
 
@@ -54,3 +55,26 @@ def best_expressible(target: str, model, cluster, global_batch: int, precision: 
     return {"best": best, "plan": Plan(**best["config"], precision=precision) if best else None,
             "overall": overall, "overall_refused": refused,
             "slower": best["step_seconds"] / overall["step_seconds"] if best else None, "scanned": tried}
+
+
+def _plan_words(config: dict) -> str:
+    """'tp 8 × pp 16 × dp 8, ZeRO-1, 1f1b, micro-batch 1, overlap none': the knobs a framework's refusal is about."""
+    return (f"tp {config['tp']} × pp {config['pp']} × dp {config['dp']}, ZeRO-{config['zero']}, {config['schedule']}"
+            + (f"×{config['chunks']}" if config["chunks"] > 1 else "") + ", " + _("micro-batch {b}").format(
+                b=config["microbatch"]) + ", " + _("overlap {what}").format(what=config["overlap"]))
+
+
+def price_text(found: dict, target: str) -> str:
+    """What `best_expressible` found, in the learner's language: whether the framework runs the advisor's best
+    plan, and if not why, which plan it runs instead and at what price in step time."""
+    if found["best"] is None:
+        return _("{target} can run none of the plans that fit: {why}").format(
+            target=target, why=found["overall_refused"] or "—")
+    if found["overall_refused"] is None:
+        return _("{target} runs the advisor's best plan as it is: {plan}").format(
+            target=target, plan=_plan_words(found["best"]["config"]))
+    return "\n".join([
+        _("{target} cannot run the advisor's best plan ({plan}): {why}").format(
+            target=target, plan=_plan_words(found["overall"]["config"]), why=found["overall_refused"]),
+        _("its fastest plan: {plan}, {slower:.3f}× the best plan's step time").format(
+            plan=_plan_words(found["best"]["config"]), slower=found["slower"])])
