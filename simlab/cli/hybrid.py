@@ -45,7 +45,7 @@ def cmd_plan(args) -> dict:
         out = evaluate_plan(model, c, args.global_batch, plan)
         if shows_report(args):
             show_plan(out)
-        return out | ({"export": emit_plan(args, model, c, out, fixed)} if args.emit else {})
+        return out | ({"export": emit_plan(args, model, c, out, fixed, bucket_from(args.bucket))} if args.emit else {})
     if fixed.get("tp") and model.heads % fixed["tp"]:
         raise ValueError(f"tp={fixed['tp']}: must divide heads={model.heads}")
     if "stage_layers" in fixed:
@@ -58,7 +58,7 @@ def cmd_plan(args) -> dict:
            "plans_evaluated": found["plans"]}
     if shows_report(args):
         show_plan(out)
-    return out | ({"export": emit_plan(args, model, c, out, fixed)} if args.emit else {})
+    return out | ({"export": emit_plan(args, model, c, out, fixed, bucket_from(args.bucket))} if args.emit else {})
 
 
 def show_plan(out: dict) -> None:

@@ -1,6 +1,6 @@
 """`simlab plan … --emit TARGET [--out FILE]`: the evaluated plan, or the advisor's best, as a framework takes it
 (`simlab.export`); and the two ways a model comes in from outside, `--model-config config.json` (Hugging Face)
-and `--from-megatron-args "…"` (`simlab.export.model_config`).
+and `--from-megatron-args "…"` (`simlab.export.model_config`, `simlab.export.megatron_args`).
 
     simlab plan --model llama3-70b --gpus 64 --gpu h100-80gb --global-batch 128 --emit megatron
     simlab plan --model-config config.json --seq 8192 --gpus 64 --global-batch 128 --emit deepspeed --out ds.json
@@ -31,7 +31,8 @@ def add_import_flags(p) -> None:
 def imported_model(args, given: dict):
     """The model named by --model-config or --from-megatron-args, or None. --seq may go with --model-config (a
     config.json gives the longest context, not the training length); Megatron's arguments hold --seq-length."""
-    from ..export.model_config import from_hf_config, from_megatron_args
+    from ..export.megatron_args import from_megatron_args
+    from ..export.model_config import from_hf_config
     sources = {"model_config": args.model_config, "from_megatron_args": args.from_megatron_args,
                "model": args.model}
     chosen = {k: v for k, v in sources.items() if v is not None}
@@ -67,7 +68,7 @@ def shows_report(args) -> bool:
     return not args.json and not (args.emit and args.out is None)
 
 
-def emit_plan(args, model, c, out: dict, fixed: dict) -> dict:
+def emit_plan(args, model, c, out: dict, fixed: dict, bucket: tuple = ()) -> dict:
     """Export what `simlab plan` evaluated (a plan the framework cannot say is refused in one line), or, after a
     search, the fastest plan the framework can say: the advisor's best when it can, else the next best it accepts,
     with why and at what cost on stderr. A plan that does not fit is exported with a warning; printed, or
@@ -75,12 +76,11 @@ def emit_plan(args, model, c, out: dict, fixed: dict) -> dict:
     from ..export import emit
     from ..export.expressible import best_expressible
     from ..sim.hybrid import Plan
-    from .hybrid_flags import bucket_from
     if "config" in out:
         row, note = out, None
     else:
         found = best_expressible(args.emit, model, c, args.global_batch, precision=args.precision,
-                                 attention=args.attention, bucket=bucket_from(args.bucket), **fixed)
+                                 attention=args.attention, bucket=bucket, **fixed)
         row = found["best"]
         if row is None:
             why = found["overall_refused"] or "no plan fits"

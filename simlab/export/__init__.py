@@ -9,7 +9,8 @@ global batch) becomes the text a framework reads, each setting where the course 
     pipeline-csv  the per-rank action lists in torch's pipelining CSV     (`export.pipeline_csv`)
 
 What a framework cannot express is refused in one line naming why (a ValueError), never written wrongly.
-Models come in from a Hugging Face config.json or a Megatron argument string (`export.model_config`).
+Models come in from a Hugging Face config.json (`export.model_config`) or a Megatron argument string
+(`export.megatron_args`).
 
     >>> from simlab.sim.model import PRESETS
     >>> from simlab.sim.hardware import cluster

@@ -261,7 +261,7 @@ def emit(model, cluster, global_batch: int, plan) -> str:
              "# " + _("Megatron-LM {script} (flags of core_v0.16.1): {model} on {gpus} × {gpu}, global batch "
                       "{batch}").format(script=SCRIPT, model=model.name, gpus=cluster.gpus, gpu=cluster.gpu.name,
                                          batch=global_batch),
-             "# " + _("plan: tp={tp} × pp={pp} × dp={dp}; each pipeline runs {m} micro-batches of {b} per step; "
+             "# " + _("plan: tp={tp} × pp={pp} × dp={dp}; each DP replica runs {m} micro-batches of {b} per step; "
                       "precision {precision}").format(tp=plan.tp, pp=plan.pp, dp=plan.dp, m=m, b=plan.microbatch,
                                                       precision=plan.precision),
              "# " + _("add what the plan does not choose to EXTRA_ARGS: --data-path, --tokenizer-type, "

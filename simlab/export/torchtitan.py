@@ -13,7 +13,8 @@ torch schedule class and each virtual stage's layers written out (rank r holds s
 `local_batch_size` is m·b, one pipeline flush per step, without it b, accumulated m times. Selective recomputation
 is torchtitan's op-level policy (keep matmul and attention outputs, recompute every second matmul); gradients are
 reduced in fp32 (torchtitan has no other choice); FP8 is torchao's Float8Linear. The model must be torchtitan's
-llama3 (SwiGLU, GQA, RoPE, RMSNorm, no biases or dropout): a flavor of its own when no built-in one matches.
+llama3 (SwiGLU, GQA, RoPE, RMSNorm, no biases or dropout): a flavor of its own when no built-in one matches
+(`export.torchtitan_flavor`).
 
     >>> from simlab.sim.model import PRESETS
     >>> from simlab.sim.hardware import cluster
@@ -29,14 +30,10 @@ import re
 from ..i18n import _
 from ..sim.hybrid import microbatches
 from .common import Setting, comment, refuse, stage_counts, start
+from .torchtitan_flavor import check_llama3, custom_flavor, flavor, hf_assets
 
-VERSION, ROPE_MAX = "0.3.0", 131072
+VERSION = "0.3.0"
 SCHEDULE = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}  # torch's get_schedule_class names
-# torchtitan 0.3.0's llama3 flavors (models/llama3/__init__.py): layers, dim, heads, K/V heads, FFN width (what its
-# compute_ffn_hidden_dim gives), vocabulary, tied; each builds RoPE for ROPE_MAX positions
-FLAVORS = {"1B": (16, 2048, 32, 8, 8192, 128256, True), "3B": (28, 3072, 24, 8, 8192, 128256, True),
-           "8B": (32, 4096, 32, 8, 14336, 128256, False), "70B": (80, 8192, 64, 8, 28672, 128256, False),
-           "405B": (126, 16384, 128, 8, 53248, 128256, False)}
 AC = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}
 HEAD = """from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
 from torchtitan.components.optimizer import default_adamw
@@ -48,23 +45,6 @@ from torchtitan.models.llama3 import model_registry
 from torchtitan.trainer import Trainer
 """
 FP8 = "Float8LinearConverter.Config(filter_fqns=['lm_head'], model_compile_enabled=True)"
-FLAVOR = """from torchtitan.models.common import ComplexRoPE, Embedding, Linear, RMSNorm
-from torchtitan.models.llama3 import (
-    _EMBEDDING_INIT, _EMBEDDING_SKIP_INIT, _NORM_INIT, Llama3Model, _build_llama3_layers, _output_linear_init,
-    llama3_configs)\n\n
-def _{name}(attn_backend: str, tp_gemm_backend: str = "default") -> Llama3Model.Config:
-    # {rope}
-    return Llama3Model.Config(
-        dim={h}, vocab_size={vocab}, enable_weight_tying={tied},
-        tok_embeddings=Embedding.Config(num_embeddings={vocab}, embedding_dim={h}, param_init={init}),
-        norm=RMSNorm.Config(normalized_shape={h}, param_init=_NORM_INIT),
-        lm_head=Linear.Config(in_features={h}, out_features={vocab}, param_init=_output_linear_init({h})),
-        layers=_build_llama3_layers(
-            n_layers={layers}, dim={h}, n_heads={heads}, n_kv_heads={kv}, hidden_dim={ffn}, fuse_qkv=True,
-            rope=ComplexRoPE.Config(dim={head_dim}, max_seq_len={seq}, theta=10000.0),
-            attn_backend=attn_backend, tp_gemm_backend=tp_gemm_backend))\n\n
-llama3_configs[{key!r}] = _{name}  # {registered}\n\n
-"""
 BODY = """def {name}() -> Trainer.Config:
 {notes}    model_spec = model_registry({spec})
     return Trainer.Config(
@@ -79,26 +59,15 @@ BODY = """def {name}() -> Trainer.Config:
 """
 
 
-def flavor(model) -> str | None:
-    """The torchtitan llama3 flavor of exactly `model`'s shape, or None (a flavor of its own is written)."""
-    shape = (model.layers, model.hidden, model.heads, model.kv_heads or model.heads, model.ffn_width, model.vocab)
-    return next((name for name, dims in FLAVORS.items() if dims == (*shape, model.tied) and model.seq <= ROPE_MAX),
-                None)
-
-
 def module_name(model) -> str:
     """The file's module name, which is also its function's: simlab_ + the model's name as an identifier."""
     return "simlab_" + (re.sub(r"\W+", "_", model.name.lower()).strip("_") or "model")
 
 
 def _refusals(model, cluster, plan) -> None:
-    unlike = [what for what, differs in (("no gate in its MLP", not model.gated), ("biases", model.biases),
-                                         ("learned positions", model.learned_positions), ("dropout", model.dropout),
-                                         ("a norm after the embedding", model.embedding_norm)) if differs]
+    check_llama3(model)
     kv = model.kv_heads or model.heads
     for broken, what, why in (
-            (unlike, f"model={model.name!r}", "torchtitan's llama3 has a SwiGLU MLP, rotary positions and RMSNorm, "
-             f"without biases or dropout; this model has {', '.join(unlike)}"),
             (plan.attention == "eager", "attention='eager'", "torchtitan's llama3 attends with FlexAttention, which "
              "stores no s² scores: use attention='flash'"),
             (plan.bucket, f"bucket={plan.bucket}", "FSDP2 gathers and reduces one transformer block at a time; "
@@ -203,8 +172,8 @@ def _model_parallel(model, plan) -> list[Setting]:
 
 def _compute(plan) -> list[Setting]:
     ac = {"none": _("no recomputation: every activation is kept for the backward"),
-          "selective": _("torchtitan's selective AC: keeps matmul and attention outputs, recomputes every second "
-                         "matmul and the element-wise work"),
+          "selective": _("torchtitan's selective AC (op level): keeps the attention outputs and every second "
+                         "matmul's output, recomputes the other matmuls and the element-wise work"),
           "full": _("store only each block's input; recompute the block in the backward")}[plan.recompute]
     async_tp = plan.tp > 1 and plan.sequence_parallel and "tp" in plan.overlaps
     compiled = async_tp or plan.precision == "fp8"
@@ -269,7 +238,7 @@ def emit(model, cluster, global_batch: int, plan) -> str:
     head = [_("torchtitan {version} config for {model} on {gpus} × {gpu}, global batch {batch}: written by "
               "simlab").format(version=VERSION, model=model.name, gpus=cluster.gpus, gpu=cluster.gpu.name,
                                batch=global_batch), "",
-            _("plan: tp={tp} × pp={pp} × dp={dp}; each pipeline runs {m} micro-batches of {b} per step; precision "
+            _("plan: tp={tp} × pp={pp} × dp={dp}; each DP replica runs {m} micro-batches of {b} per step; precision "
               "{precision}").format(tp=plan.tp, pp=plan.pp, dp=plan.dp, m=m, b=plan.microbatch,
                                     precision=plan.precision),
             _("save as {file} and run on every node, from its folder:").format(file=name + ".py"),
@@ -278,12 +247,7 @@ def emit(model, cluster, global_batch: int, plan) -> str:
              if s.where == "launcher"]
     text = '"""' + "\n".join(head) + '\n"""\n' + HEAD
     text += "from torchtitan.components.quantization import Float8LinearConverter\n" * (plan.precision == "fp8")
-    text += "\n\n" + ("" if tuned else FLAVOR.format(
-        name=name, h=model.hidden, vocab=model.vocab, tied=model.tied, layers=model.layers, heads=model.heads,
-        kv=model.kv_heads or model.heads, ffn=model.ffn_width, head_dim=model.hidden // model.heads, seq=model.seq,
-        init="_EMBEDDING_SKIP_INIT" if model.tied else "_EMBEDDING_INIT", key=model.name,
-        rope=_("RoPE's theta is no part of simlab's model (it changes no memory or time): set your model's"),
-        registered=_("registered beside torchtitan's own flavors")))
+    text += "\n\n" + ("" if tuned else custom_flavor(model, name))
     sections = []
     for section, cls in (("training", "TrainingConfig"), ("parallelism", "ParallelismConfig"),
                          ("activation_checkpoint", ""), ("compile", "CompileConfig")):
@@ -294,6 +258,5 @@ def emit(model, cluster, global_batch: int, plan) -> str:
     return text + BODY.format(
         name=name, spec=repr(tuned or model.name) + f", converters=[{FP8}]" * (plan.precision == "fp8"),
         notes="".join(f"    # {comment(field[k])}\n" for k in ("model_spec", "model_spec.converters") if k in field),
-        sections="".join(sections), assets="./assets/hf/" + (f"Llama-3.{1 + (tuned in ('1B', '3B'))}-{tuned}"
-                                                            if tuned else model.name),  # torchtitan's recipes' folders
+        sections="".join(sections), assets=hf_assets(model),
         extra=_("not part of the plan: the tokenizer (scripts/download_hf_assets.py), the data, the learning rate"))

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from simlab.export.model_config import from_hf_config, from_megatron_args, read_megatron_args
+from simlab.export.megatron_args import from_megatron_args, read_megatron_args
+from simlab.export.model_config import from_hf_config
 from simlab.sim.model import PRESETS
 
 # public config.json numbers (the fields the models' hub pages publish; extra fields kept to show they are read past)

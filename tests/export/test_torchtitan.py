@@ -22,7 +22,8 @@ import textwrap
 import pytest
 
 from simlab.export.common import stage_counts
-from simlab.export.torchtitan import FLAVORS, command, emit, module_name, settings
+from simlab.export.torchtitan import command, emit, module_name, settings
+from simlab.export.torchtitan_flavor import FLAVORS
 from simlab.sim.advisor import search
 from simlab.sim.hardware import cluster
 from simlab.sim.hybrid import Plan, microbatches, stage_split
