@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from simlab.grading.collectives import check_ring_all_gather
-from simlab.plan import CollectivePlan, Transfer
-from simlab.sim.collectives import ring_all_gather, ring_all_reduce
+from simlab.plan import CollectivePlan, Transfer, split_sizes
+from simlab.sim.collectives import ring_all_gather as reference_ring_all_gather
+from simlab.sim.collectives import ring_all_reduce
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
@@ -50,9 +51,20 @@ def test_exercise_fails_on_its_first_stub(name):
     assert "1 failed" in stub.stdout, stub.stdout[-2000:]
 
 
-def test_grader_accepts_the_reference_plan(capsys):
+def ring_all_gather(n, numel, itemsize=4):
+    """The answer written out, as the exercise asks: simlab's own ring_all_gather is refused (issue 23)."""
+    sizes = split_sizes(numel, n)
+    return CollectivePlan("mine", n, sizes, itemsize, "own", tuple(
+        tuple(Transfer(s, r, (r + 1) % n, (r - s) % n, sizes[(r - s) % n] * itemsize, "copy") for r in range(n))
+        for s in range(n - 1)), meta={"goal": "all_gather"})
+
+
+def test_grader_accepts_the_answer_and_refuses_simlabs_own_plan(capsys):
     check_ring_all_gather(ring_all_gather)
     assert capsys.readouterr().out.startswith("ring all-gather plan: ✓")
+    with pytest.raises(AssertionError):
+        check_ring_all_gather(reference_ring_all_gather)
+    assert "it calls simlab's own ring_all_gather" in capsys.readouterr().out
 
 
 def _with_steps(plan, steps, start=None):
@@ -61,7 +73,7 @@ def _with_steps(plan, steps, start=None):
 
 
 @pytest.mark.parametrize("broken, reason", [
-    (lambda n, m, i: ring_all_reduce(n, m, i), "start='all'|steps; a ring all-gather takes"),
+    (lambda n, m, i: ring_all_reduce(n, m, i), "it calls simlab's own ring_all_reduce"),
     (lambda n, m, i: _with_steps(ring_all_gather(n, m, i), ring_all_gather(n, m, i).steps, "all"), "start='all'"),
     (lambda n, m, i: _with_steps(ring_all_gather(n, m, i), tuple(
         tuple(Transfer(t.step, t.src, t.dst, t.chunk, t.nbytes, t.op) for t in s)
@@ -87,11 +99,31 @@ def test_grader_lets_the_stub_error_through():
 
 
 def test_bucketing_grader_accepts_the_reference_and_rejects_mistakes(capsys):
-    from simlab.grading.data_parallel import check_bucketing
-    from simlab.sim.data_parallel_buckets import BucketReadiness, assign_buckets
+    from simlab.grading.data_parallel import BOUNDARY_CASES, check_bucketing
+
+    def assign_buckets(sizes, cap):  # written out: simlab's own is refused (issue 23)
+        buckets, current, used = [], [], 0
+        for i in reversed(range(len(sizes))):
+            if current and used + sizes[i] > cap:
+                buckets, current, used = buckets + [current], [], 0
+            current, used = current + [i], used + sizes[i]
+        return buckets + ([current] if current else [])
+
+    class BucketReadiness:
+        def __init__(self, buckets):
+            self.buckets, self.launched = buckets, 0
+            self.bucket_of = {p: b for b, params in enumerate(buckets) for p in params}
+            self.pending = [len(params) for params in buckets]
+
+        def mark_ready(self, p):
+            self.pending[self.bucket_of[p]] -= 1
+            start = self.launched
+            while self.launched < len(self.buckets) and self.pending[self.launched] == 0:
+                self.launched += 1
+            return list(range(start, self.launched))
 
     check_bucketing(assign_buckets, BucketReadiness)
-    assert capsys.readouterr().out.startswith("DDP bucketing: ✓ 20 model/cap cases")
+    assert capsys.readouterr().out.startswith(f"DDP bucketing: ✓ {20 + len(BOUNDARY_CASES)} model/cap cases")
 
     def forward_order(sizes, cap):  # fills from the first layer: wrong for backward
         return [list(reversed(b)) for b in reversed(assign_buckets(list(reversed(sizes)), cap))]

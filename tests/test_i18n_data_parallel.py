@@ -76,7 +76,7 @@ def test_generated_notebooks_keep_the_code_and_print_chinese_where_simlab_prints
     assert "r0 计算 |" in text("notebooks/zh/02_data_parallel.ipynb", "c66466ec")
     assert "运行这个单元格" in text("notebooks/zh/02_data_parallel.ipynb", "e7eda3b8")
     assert "DDP 分桶: ✓" in text("solutions/zh/02_data_parallel.ipynb", "336a2b66")
-    assert "DDP 预测: ✓ 3 个桶" in text("solutions/zh/02_data_parallel.ipynb", "l2-predict-real")
+    assert "DDP 预测: ✓ 4 个桶" in text("solutions/zh/02_data_parallel.ipynb", "l2-predict-real")
     assert "r0 compute |" in text("notebooks/02_data_parallel.ipynb", "c66466ec")  # English stays English
 
 
@@ -215,9 +215,9 @@ def test_graders_name_the_same_mistakes_in_chinese(zh, capsys):
             "buckets": [[7, 6, 5, 4, 3], [2, 1], [0]], "bytes_sent_per_rank": [16728] * 4}
     with pytest.raises(AssertionError):
         check_ddp_prediction(3, 11152, real)  # the model once
-    assert capsys.readouterr().out == ("DDP 预测: ✗ 预测了 11,152 字节: rank 0 每步实际发送 16,728 字节："
+    assert capsys.readouterr().out == ("DDP 预测: ✗ 预测了 11,152 字节: 这不是 rank 0 一步发送的字节数："
                                        "这只是一份模型的字节数：环形全归约是一次归约分散加一次全收集，"
-                                       "两者各发送每个桶的 (N-1)/N\n")
+                                       "两者各发送每个桶的 (N-1)/N\n")  # the concept, not the measured 16,728
     check_ddp_prediction(3, 16728, real)
     assert capsys.readouterr().out == "DDP 预测: ✓ 3 个桶，rank 0 每步发送 16,728 字节，与真实运行测得的一致\n"
     with pytest.raises(NotImplementedError, match="^练习：运行之前先设置"):

@@ -1,13 +1,46 @@
 """Lesson 1's exercise: a ring all-gather plan, graded in the simulator (8 ring sizes, uneven chunks) and
-then on real processes against torch's all_gather and the simulated trace."""
+then on real processes against torch's all_gather and the simulated trace. A plan that simlab's own
+collectives build (`simlab.sim.collectives`, which the lesson imports) is refused: the learner writes the
+transfers."""
 from __future__ import annotations
+
+import sys
 
 from ..i18n import _
 from ..plan import CollectivePlan, split_sizes
+from ..sim import collectives as reference
 from ..sim.collectives_stepper import PlanError, simulate
 from .common import fail
 
 GATHER_CASES = [(n, numel) for n in (1, 2, 3, 4, 5, 8) for numel in (3 * n, 3 * n + 1, n + 2)]
+# the code of every function that builds one of simlab's plans: calling any of them is delegating
+_REFERENCE_CODE = {f.__code__: f.__name__ for f in (
+    *reference.PLANS.values(), reference.make_plan, reference.plan_for, reference._cached_plan.__wrapped__,
+    reference._ring_steps, reference.ring_bytes_sent)}
+
+
+def call_watched(fn, watched: dict, *args):
+    """`fn(*args)`, and the name (`watched[code]`) of the first watched function it called, or None. A
+    profile hook sees every Python call however it was reached (an import, an alias, a subclass, a cache in
+    front), and only while `fn` runs: how a grader tells a learner's answer from simlab's own."""
+    called = []
+
+    def watch(frame, event, _arg):
+        if event == "call" and not called and frame.f_code in watched:
+            called.append(watched[frame.f_code])
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        result = fn(*args)
+    finally:
+        sys.setprofile(previous)
+    return result, (called[0] if called else None)
+
+
+def _delegated(name: str) -> str:
+    return _("it calls simlab's own {name}: build the transfers yourself, with Transfer and CollectivePlan").format(
+        name=name)
 
 
 def _ring_all_gather_problem(plan, n: int, numel: int, itemsize: int) -> str | None:
@@ -25,8 +58,10 @@ def _ring_all_gather_problem(plan, n: int, numel: int, itemsize: int) -> str | N
         if sorted(t.src for t in step) != list(range(n)):
             return _("step {step}: every rank must send exactly one chunk per step").format(
                 step=step[0].step if step else "?")
-        if any(t.dst not in ((t.src + 1) % n, (t.src - 1) % n) for t in step):
-            return _("every transfer must go to a ring neighbour")
+        astray = next((t for t in step if t.dst != (t.src + 1) % n), None)
+        if astray is not None:
+            return _("step {step}: rank {src} sends to rank {dst}; in this ring every rank sends to its right "
+                     "neighbour (r + 1) % n").format(step=astray.step, src=astray.src, dst=astray.dst)
     goal = CollectivePlan(plan.name, n, plan.chunk_sizes, itemsize, plan.start, plan.steps,
                           meta={"goal": "all_gather"})  # graded against all-gather, whatever it claims
     try:
@@ -44,12 +79,14 @@ def check_ring_all_gather(plan_fn, itemsize: int = 4) -> None:
     for n, numel in GATHER_CASES:
         case = f"world_size={n}, numel={numel}"
         try:
-            plan = plan_fn(n, numel, itemsize)
+            plan, called = call_watched(plan_fn, _REFERENCE_CODE, n, numel, itemsize)
         except NotImplementedError:
             raise
         except Exception as err:  # a student's bug: say which case, keep the traceback
             print(f"{title}: ✗ {case}: " + _("raised {error}").format(error=f"{type(err).__name__}: {err}"))
             raise
+        if called:
+            fail(title, case, _delegated(called))
         problem = _ring_all_gather_problem(plan, n, numel, itemsize)
         if problem:
             fail(title, case, problem)
@@ -85,8 +122,8 @@ def check_plan_runs_for_real(plan_fn, world_size: int = 4, numel: int = 10) -> N
     from ..trace import merge
 
     title = _("your plan on {n} real processes").format(n=world_size)
-    plan = plan_fn(world_size, numel, 4)
-    problem = _ring_all_gather_problem(plan, world_size, numel, 4)
+    plan, called = call_watched(plan_fn, _REFERENCE_CODE, world_size, numel, 4)
+    problem = _delegated(called) if called else _ring_all_gather_problem(plan, world_size, numel, 4)
     if problem:
         fail(title, f"world_size={world_size}, numel={numel}", problem)
     ranks = launch(_gather_worker, world_size, plan, timeout=60)
@@ -109,7 +146,8 @@ def _half_bytes(plan, rank: int) -> tuple[int, int]:
 
 def _bytes_mistake(predicted, plan, rank: int, measured: int) -> str | None:
     """Why `predicted` is not what `rank` sent in the ring all-reduce `plan` (None: it is). Each known
-    wrong answer gets its own reason, worked out from the plan's chunks; `measured` is the real count."""
+    wrong answer gets its own reason, worked out from the plan's chunks; `measured` is the real count.
+    No reason says the right count: it names the concept to rethink (nbval must not pass a copied number)."""
     if isinstance(predicted, bool) or not isinstance(predicted, (int, float)) or predicted != predicted:
         return _("expected a number of bytes, got {value}").format(value=repr(predicted))
     if predicted == measured:
@@ -127,6 +165,10 @@ def _bytes_mistake(predicted, plan, rank: int, measured: int) -> str | None:
                     "differ: {skip}").format(bytes=f"{average:g}", sizes=", ".join(map(str, sizes)), skip=skip)),
         (rs, _("{bytes} B is only the reduce-scatter half; the all-gather sends N−1 more chunks").format(bytes=rs)),
         (ag, _("{bytes} B is only the all-gather half; the reduce-scatter sends N−1 chunks first").format(bytes=ag)),
+        (2 * rs, _("{bytes} B counts the reduce-scatter half twice; the all-gather leaves out a different chunk "
+                   "(the one it receives last), so its half need not be the same").format(bytes=2 * rs)),
+        (2 * ag, _("{bytes} B counts the all-gather half twice; the reduce-scatter leaves out a different chunk "
+                   "(the one the rank finishes), so its half need not be the same").format(bytes=2 * ag)),
         (right + received, _("{bytes} B counts bytes sent plus bytes received; the question asks what rank {rank} "
                              "sends").format(bytes=right + received, rank=rank)),
         (size, _("{bytes} B = S is one whole buffer: what a non-root rank of the naive star sends, not a ring rank, "
@@ -146,8 +188,8 @@ def _bytes_mistake(predicted, plan, rank: int, measured: int) -> str | None:
     if predicted == right:  # the plan's count, but the real run sent something else: say so, never hide it
         return _("{right} B is right in theory, but the real run sent {measured} B: rerun it").format(
             right=right, measured=measured)
-    return _("the real rank sent {measured} B: {skip}, {rs} B + {ag} B").format(
-        measured=measured, skip=skip, rs=rs, ag=ag)
+    return _("not what rank {rank} sends: count its chunks, {skip}; the chunks hold {sizes} elements of {itemsize} "
+             "B").format(rank=rank, skip=skip, sizes=", ".join(map(str, sizes)), itemsize=plan.itemsize)
 
 
 def check_bytes_prediction(predicted, result, rank: int = 2) -> None:
