@@ -18,7 +18,7 @@ import pytest
 matplotlib.use("Agg")
 
 from simlab import i18n  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.grading.tensor_parallel import MLP_RUN, check_forward_bytes, check_split_choice  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.grading.tensor_parallel_predict import MLP_RUN, check_forward_bytes, check_split_choice  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.tensor_parallel import COUNTS, count_of, draw_split, draw_tp_steps, shown  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.tensor_parallel_widgets import mlp_explorer, mlp_split_frame, step_frame, steps_text  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.tensor_parallel import COMBINE, KINDS, block_steps, split_linear  # noqa: E402 — after matplotlib.use("Agg")
@@ -30,7 +30,7 @@ CJK = re.compile(r"[\u4e00-\u9fff]")
 ALLOWED = {"rank", "token", "hidden", "ffn", "fp32", "fp64", "fp16", "gloo", "Megatron", "GeLU", "local", "nn",
            "Linear", "dX", "dW", "db", "dZ", "dU_r", "dB_r", "dX_r", "dA_r", "Z_r", "Y_r", "U_r", "X", "A", "B", "Z",
            "Y", "W", "f", "g", "B/rank", "softmax", "Q_r", "K_r", "V_r", "W_o", "W_qkv", "QKV", "RowParallelLinear",
-           "MLP", "TP", "N", "r", "d", "b", "s", "h", "in", "out"}
+           "MLP", "TP", "N", "r", "d", "b", "s", "h", "in", "out", "weight"}  # weight: fc1.weight, a name
 # words of 3+ letters ("by", "of" are caught by the words around them); A_r, Xᵀ, d(QKV)_r are formulas
 WORD = re.compile(r"(?<![\w(])[A-Za-z]{3,}(?![\w)ᵀ'])")
 
@@ -146,16 +146,19 @@ def test_the_explorer_labels_are_chinese_and_its_values_stay_the_simulators(zh):
 
 def test_the_graders_lines_are_chinese(zh, real, capsys):
     right = 2 * (MLP_RUN["world_size"] - 1) * MLP_RUN["batch"] * MLP_RUN["seq"] * MLP_RUN["hidden"] * 4 // 4
-    check_split_choice("column", "row", 1, 1, real)
+    check_split_choice(0, 1, "b", real)
     check_forward_bytes(right, real)
-    with pytest.raises(AssertionError, match="A 按行拆分"):
-        check_split_choice("row", "row", 1, 1, real)
+    with pytest.raises(AssertionError, match="对应 A 的列"):
+        check_split_choice(1, 1, "b", real)
+    with pytest.raises(AssertionError, match="不是原因"):
+        check_split_choice(0, 1, "d", real)
     with pytest.raises(AssertionError, match="每个 rank 的字节数"):
         check_forward_bytes(right * 2, real)
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["MLP 的拆分", "前向字节数", "MLP 的拆分", "前向字节数"]
-    assert ["✓" in line for line in lines] == [True, True, False, False]
-    assert "GeLU 之前把 X·A" in lines[2] and "f 对 dX 的全归约发生在反向" in lines[3]
+    assert [line.split(":")[0] for line in lines] == ["MLP 的拆分", "前向字节数", "MLP 的拆分", "MLP 的拆分", "前向字节数"]
+    assert ["✓" in line for line in lines] == [True, True, False, False, False]
+    assert "nn.Linear 把 A 转置存储" in lines[2] and "f 的前向是恒等" in lines[3]
+    assert "f 对 dX 的全归约发生在反向" in lines[4]
     assert all(not english_words(line) for line in lines), [english_words(line) for line in lines]
     with pytest.raises(NotImplementedError, match="^练习：请在上面的单元格里写下你的预测$"):
         check_forward_bytes(None, real)

@@ -1,32 +1,43 @@
-"""The check for lesson 5's graded exercise: a row-parallel linear layer and its g operator, run on real
-gloo ranks at TP sizes 1, 2 and 4 and compared with one unsplit `nn.Linear`.
+"""The check for lesson 5's graded exercise: the g operator and a row-parallel linear layer built on it, run on
+real gloo ranks at TP sizes 1, 2 and 4 and compared with one unsplit `nn.Linear`.
 
-The student writes `layer_cls(full, rank, world_size)`: an nn.Module holding a block of the columns of
-`full.weight` (nn.Linear stores W as (out, in)) as `.weight` and the whole `.bias`; its forward takes this
-rank's slice of X's last dim, (…, in/N), and returns the whole Y (…, out). Checked per TP size: every
-rank's output, dX (the ranks' slices side by side), dW (the shards side by side) and db against the
-unsplit layer within 1e-5, and the collectives counted by torch's CommDebugMode — exactly one all-reduce
-in forward (g) and none in backward (g's backward is the identity).
-
-Two predict-then-run checks graded against a real `run_tp(**MLP_RUN)` (answers committed before it runs):
-- `check_split_choice`: the split of A and B for GeLU(X·A)·B and the all-reduces forward and backward per MLP,
-  against the simulator's plan (`split_forward`, `block_steps`) and the collectives the real run counted.
-- `check_forward_bytes`: the bytes each rank sends in one forward, against the bytes the real run's ranks
-  all-reduced (its trace's forward events: the real tensors' sizes, ring-accounted).
+The student writes `G`, a `torch.autograd.Function` (forward: all-reduce; backward: identity), and
+`layer_cls(full, rank, world_size)`: an nn.Module holding a block of the columns of `full.weight` (nn.Linear
+stores W as (out, in)) as `.weight` and the whole `.bias`; its forward takes this rank's slice of X's last dim,
+(…, in/N), and returns the whole Y (…, out). `check_row_parallel_linear(layer_cls, G)` checks, per TP size:
+- G on its own: each rank gives a different tensor; forward must return their sum on every rank, and backward
+  must hand each rank's own (different) upstream gradient back unchanged — no sum, no scaling.
+- that G is the student's: not simlab's `ReduceFromTP`, and no module of simlab's (its `RowParallelLinear`)
+  inside the layer; and that the layer's output goes through G (its node is in the autograd graph, n > 1).
+- that no all-reduce runs outside an autograd.Function. torch (2.13) registers no autograd kernel for the
+  in-place `c10d::allreduce_`: called on a tensor autograd tracks, it falls through, the gradient passes it
+  unchanged, and torch warns "an autograd kernel was not registered … This behavior is deprecated". Since g's
+  backward *is* the identity, such a layer gets every number right without any G; the warning is how the check
+  tells. (torch's functional `all_reduce` has a backward that sums the gradients again: wrong dW, caught.)
+- every rank's output, dX (the ranks' slices side by side), dW (the shards side by side) and db against the
+  unsplit layer within 1e-5, and the collectives counted by torch's CommDebugMode — exactly one all-reduce in
+  forward (g) and none in backward.
+The predict-then-run checks of the exercise are in `grading.tensor_parallel_predict`.
 
 As in every `simlab.grading` module: one stable line, ✓ or ✗ naming the case; a failure raises AssertionError.
 The lines are marked for translation (`simlab.i18n`; Chinese in locale/zh/LC_MESSAGES/tensor_parallel.po).
-A prediction left as None (the exercise's stub) raises NotImplementedError, like an unwritten answer.
 """
 from __future__ import annotations
 
+import warnings
+
 from ..i18n import N_, _
 from .common import fail
+
+# re-exported: the exercise's predict-then-run checks, where they were imported from before they moved
+from .tensor_parallel_predict import MLP_RUN, check_forward_bytes, check_split_choice  # noqa: F401
 
 TP_SIZES = (1, 2, 4)
 IN, OUT, BATCH, SEQ = 8, 6, 2, 3  # in divides by every TP size
 TOL = 1e-5  # fp32: the partial products are summed in another order, nothing more
 TITLE = "RowParallelLinear"
+FALL_THROUGH = "autograd kernel was not registered"  # torch's warning for an op autograd passes through
+PHASES = {"forward": N_("forward"), "backward": N_("backward")}
 
 
 def row_problem(seed: int = 0):
@@ -39,6 +50,13 @@ def row_problem(seed: int = 0):
         full.weight.copy_(torch.randn(OUT, IN, generator=gen))
         full.bias.copy_(torch.randn(OUT, generator=gen))
     return full, torch.randn(BATCH, SEQ, IN, generator=gen), torch.randn(BATCH, SEQ, OUT, generator=gen)
+
+
+def g_inputs(seed: int, rank: int):
+    """Rank `rank`'s partial Y and its upstream gradient for G alone: different on every rank."""
+    import torch
+    gen = torch.Generator().manual_seed(1000 * (seed + 1) + rank)
+    return torch.randn(BATCH, SEQ, OUT, generator=gen), torch.randn(BATCH, SEQ, OUT, generator=gen)
 
 
 def _collectives(mode) -> dict:
@@ -57,19 +75,58 @@ def _grad(layer, name: str):
     return p.grad.detach() if isinstance(p, nn.Parameter) and p.grad is not None else None
 
 
-def row_worker(rank: int, world_size: int, layer_cls, seed: int) -> dict:
-    """One rank: build the student's layer from the full one, run forward + backward on its slice of X."""
+def _simlabs(cls) -> bool:
+    return any(c.__module__.split(".")[0] == "simlab" for c in getattr(cls, "__mro__", (cls,)))
+
+
+def _functions(out) -> set:
+    """The autograd.Function classes whose nodes lie in out's backward graph."""
+    seen, stack, found = set(), [out.grad_fn], set()
+    while stack:
+        node = stack.pop()
+        if node is None or node in seen:
+            continue
+        seen.add(node)
+        if getattr(node, "_forward_cls", None) is not None:
+            found.add(node._forward_cls)
+        stack.extend(nxt for nxt, _ in node.next_functions)
+    return found
+
+
+def _run_g(g, rank: int, world_size: int, seed: int) -> dict:
+    """G alone: forward the rank's own partial, backward the rank's own upstream gradient."""
     from torch.distributed.tensor.debug import CommDebugMode
+    partial, grad = g_inputs(seed, rank)
+    total = sum(g_inputs(seed, r)[0] for r in range(world_size))
+    x = partial.clone().requires_grad_(True)
+    with CommDebugMode() as fwd:
+        out = g.apply(x)
+    with CommDebugMode() as bwd:
+        out.backward(grad)
+    return {"forward": _diff(out.detach(), total), "backward": _diff(x.grad, grad) if x.grad is not None else None,
+            "calls": {"forward": _collectives(fwd), "backward": _collectives(bwd)}}
+
+
+def row_worker(rank: int, world_size: int, layer_cls, g, seed: int) -> dict:
+    """One rank: G alone, then the student's layer built from the full one, forward + backward on its slice of X."""
+    from torch.distributed.tensor.debug import CommDebugMode
+    alone = _run_g(g, rank, world_size, seed)
     full, x, grad_out = row_problem(seed)
     layer = layer_cls(full, rank, world_size)
     k = IN // world_size
     xr = x[..., rank * k:(rank + 1) * k].clone().requires_grad_(True)  # (b, s, in/N): this rank's slice
-    with CommDebugMode() as fwd:
-        out = layer(xr)  # (b, s, out)
-    with CommDebugMode() as bwd:
-        out.backward(grad_out)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with CommDebugMode() as fwd:
+            out = layer(xr)  # (b, s, out)
+        used = _functions(out)
+        with CommDebugMode() as bwd:
+            out.backward(grad_out)
     grads = {n: _grad(layer, n) for n in ("weight", "bias")}
-    return {"out": out.detach(), "x.grad": xr.grad, **grads,
+    return {"out": out.detach(), "x.grad": xr.grad, **grads, "g": alone, "uses_g": g in used,
+            "simlab": sorted({c.__name__ for c in used if _simlabs(c)} |
+                             {type(m).__name__ for m in layer.modules() if _simlabs(type(m))}),
+            "fell_through": any(FALL_THROUGH in str(w.message) for w in caught),
             "calls": {"forward": _collectives(fwd), "backward": _collectives(bwd)}}
 
 
@@ -86,9 +143,36 @@ def _diff(a, b) -> float:
     return float("inf") if a.shape != b.shape else max_abs_diff(a, b)
 
 
+def _g_problem(ranks: list[dict], n: int) -> str | None:
+    """What is wrong with G on its own at TP size n, or None."""
+    if max(r["g"]["forward"] for r in ranks) > TOL:
+        return _("G's forward must return the sum of every rank's input, on every rank: all-reduce a copy")
+    if any(r["g"]["backward"] is None or r["g"]["backward"] > TOL for r in ranks):
+        return _("G's backward must return each rank's own upstream gradient unchanged (the identity): no sum, "
+                 "no scaling")
+    calls = ranks[0]["g"]["calls"]
+    if calls["backward"] or calls["forward"] not in ({"all-reduce": 1},) + (({},) if n == 1 else ()):
+        return _("G ran {forward} in forward and {backward} in backward; expected one all-reduce in forward and "
+                 "none in backward").format(forward=calls["forward"] or _("no collectives"),
+                                            backward=calls["backward"] or _("no collectives"))
+    return None
+
+
 def _problem(ranks: list[dict], ref: dict, n: int) -> str | None:
     """What is wrong with one TP size's run, or None."""
     import torch
+    if ranks[0]["simlab"]:
+        return _("your layer runs simlab's own {names}: write the layer and its g yourself").format(
+            names=", ".join(ranks[0]["simlab"]))
+    problem = _g_problem(ranks, n)
+    if problem:
+        return problem
+    if any(r["fell_through"] for r in ranks):
+        return _("dist.all_reduce ran on a tensor autograd tracks, outside any autograd.Function: torch passes the "
+                 "gradient through it unchanged (a deprecated fall-through, with a warning), so g's backward was "
+                 "never written; call your G: G.apply(partial)")
+    if not ranks[0]["uses_g"] and (n > 1 or ranks[0]["calls"]["forward"]):  # one rank may skip the sum, and G
+        return _("your layer's output does not go through G: sum the partial products with G.apply")
     if any(r[p] is None for r in ranks for p in ("weight", "bias")):
         return _("weight or bias has no gradient: keep them as nn.Parameter attributes named weight and bias")
     shape = tuple(ranks[0]["weight"].shape)
@@ -117,16 +201,30 @@ def _problem(ranks: list[dict], ref: dict, n: int) -> str | None:
     return None
 
 
-def check_row_parallel_linear(layer_cls, seed: int = 0) -> None:
-    """Grade `layer_cls(full: nn.Linear, rank, world_size)` on real ranks at TP sizes 1, 2 and 4."""
+def _static_problem(layer_cls, g) -> str | None:
+    import torch
+    if not (isinstance(g, type) and issubclass(g, torch.autograd.Function)):
+        return _("G is {got}: pass your g operator, a subclass of torch.autograd.Function").format(got=repr(g))
+    if _simlabs(g) or _simlabs(layer_cls):
+        return _("that is simlab's own {name}: write the layer and its g yourself").format(
+            name=(g if _simlabs(g) else layer_cls).__name__)
+    return None
+
+
+def check_row_parallel_linear(layer_cls, g, seed: int = 0) -> None:
+    """Grade `g` (the g operator) and `layer_cls(full: nn.Linear, rank, world_size)` on real ranks at TP sizes
+    1, 2 and 4."""
     import torch.distributed.tensor.debug  # noqa: F401 — import once here: every forked rank inherits it
 
     from ..exec.launch import WorkerError, launch
+    problem = _static_problem(layer_cls, g)
+    if problem:
+        fail(TITLE, "G", problem)
     ref = _reference(seed)
     for n in TP_SIZES:
         case = _("TP size {n}").format(n=n)
         try:
-            ranks = launch(row_worker, n, layer_cls, seed, backend="gloo", timeout=60)
+            ranks = launch(row_worker, n, layer_cls, g, seed, backend="gloo", timeout=60)
         except WorkerError as err:
             if "NotImplementedError" in err.traceback:  # the stub: say so plainly, not as a rank's crash
                 raise NotImplementedError(_("exercise: write your answer here")) from None
@@ -135,105 +233,6 @@ def check_row_parallel_linear(layer_cls, seed: int = 0) -> None:
         problem = _problem(ranks, ref, n)
         if problem:
             fail(TITLE, case, problem)
-    print(f"{TITLE}: ✓ " + _("TP sizes 1, 2, 4 on real processes: output, dX, dW and db equal nn.Linear's "
-                             "within 1e-5; one all-reduce forward (g), none backward"))
-
-
-# ---------------------------------------------------------------- predict, then run (the real MLP run)
-
-# run_tp(**MLP_RUN); ffn = 4h. Not the lesson's shapes (8 tokens × hidden 8): its printed bytes must not be the answer
-MLP_RUN = {"world_size": 4, "block": "mlp", "batch": 2, "seq": 3, "hidden": 12, "ffn": 48}
-ITEMSIZE = 4  # run_tp runs fp32
-PHASES = {"forward": N_("forward"), "backward": N_("backward")}
-
-
-def _unanswered(*answers) -> None:
-    if any(answer is None for answer in answers):
-        raise NotImplementedError(_("exercise: write your prediction in the cell above"))
-
-
-def _real_mlp_run(title: str, real) -> None:
-    """Fail unless `real` is the result of run_tp(**MLP_RUN), equal to one process."""
-    from ..sim.tensor_parallel import block_steps
-    m = MLP_RUN
-    plan = block_steps("mlp", m["world_size"], m["batch"] * m["seq"], m["hidden"], m["ffn"], itemsize=ITEMSIZE)
-    ran = real.get("plan") if isinstance(real, dict) else None  # the plan run_tp ran, as plain dicts
-    if ran is None or [{**s, "bytes_sent": tuple(s["bytes_sent"])} for s in ran] != [vars(s) for s in plan]:
-        fail(title, _("real run"), _("pass the result of run_tp(**MLP_RUN), run after your prediction"))
-    if real["max_abs_diff_vs_reference"] > TOL:
-        fail(title, _("real run"), _("the real run differs from one process by {diff}").format(
-            diff=f"{real['max_abs_diff_vs_reference']:.3g}"))
-
-
-def check_split_choice(a_split, b_split, forward, backward, real) -> None:
-    """Grade the choice of splits for GeLU(X·A)·B and its all-reduces per MLP (forward, backward)."""
-    from ..sim.tensor_parallel import KINDS
-    from ..sim.tensor_parallel_choices import mlp_inputs, split_error
-    title, n = _("MLP split"), MLP_RUN["world_size"]
-    _unanswered(a_split, b_split, forward, backward)
-    _real_mlp_run(title, real)
-    if a_split not in KINDS or b_split not in KINDS:
-        fail(title, _("split"), _("a_split={a}, b_split={b}: each must be 'column' or 'row'").format(
-            a=repr(a_split), b=repr(b_split)))
-    if a_split == "row":
-        err = split_error("row", b_split, n, *mlp_inputs())
-        fail(title, _("A by rows"), _("each rank then holds a partial sum of X·A, and GeLU of a partial sum is not "
-                                      "the sum of GeLUs (the explorer's MLP on {n} ranks is off by {error}): X·A, 4× "
-                                      "the size of Z, would have to be summed before GeLU").format(
-            n=n, error=f"{err:.3g}"))
-    if b_split == "column":
-        fail(title, _("B by columns"), _("exact, but every rank then needs all of GeLU(X·A): an all-gather of the "
-                                         "(tokens, 4h) activation between A and B and another of Z; B by rows takes "
-                                         "each rank's column block of GeLU(X·A) as it is"))
-    for phase, said in (("forward", forward), ("backward", backward)):
-        counted, planned = real[f"allreduce_calls_{phase}"], real[f"plan_allreduce_calls_{phase}"]
-        if said != counted or said != planned:
-            why = {("forward", 0): N_("each rank's Z is a partial sum over its block of ffn: g must add them"),
-                   ("forward", 2): N_("f is the identity in forward (X is already whole on every rank): only g "
-                                      "all-reduces, once"),
-                   ("backward", 0): N_("each rank's dX = dU_r·A_rᵀ covers only its slice of A: f must add them"),
-                   ("backward", 2): N_("g's backward is the identity (dZ is already whole on every rank): only f "
-                                       "all-reduces, once")}.get((phase, said), N_("one g forward, one f backward"))
-            case = _("forward all-reduces") if phase == "forward" else _("backward all-reduces")
-            fail(title, case, _("you said {said}; the plan has {planned} and the real run on {n} processes counted "
-                                "{counted}: {why}").format(said=repr(said), planned=planned, n=n, counted=counted,
-                                                           why=_(why)))
-    print(f"{title}: ✓ " + _("A by columns, B by rows: no communication between A and B; {forward} all-reduce "
-                             "forward (g) and {backward} backward (f), as the plan and the real run on {n} processes "
-                             "counted").format(forward=forward, backward=backward, n=n))
-
-
-def forward_bytes_sent(real) -> list[int]:
-    """Bytes each rank sent in the real run's forward: its trace's forward collectives."""
-    sent = [0] * real["world_size"]
-    for event in real["trace"]:
-        if event.name.startswith("forward"):
-            sent[event.rank] += event.nbytes
-    return sent
-
-
-def check_forward_bytes(predicted, real) -> None:
-    """Grade the predicted bytes each rank sends in one forward of the TP MLP against the real run's."""
-    title, m = _("forward bytes"), MLP_RUN
-    _unanswered(predicted)
-    _real_mlp_run(title, real)
-    n, z = m["world_size"], m["batch"] * m["seq"] * m["hidden"] * ITEMSIZE  # Z (b·s, h) fp32, in bytes
-    measured = forward_bytes_sent(real)
-    if not isinstance(predicted, int) or isinstance(predicted, bool):
-        fail(title, _("prediction"), _("predicted={value}: give a whole number of bytes (an int)").format(
-            value=repr(predicted)))
-    if predicted != measured[0]:
-        inner = m["batch"] * m["seq"] * m["ffn"] * ITEMSIZE
-        why = {z: N_("that is Z's own size; on a ring each rank sends (N−1)/N of it in the reduce-scatter and "
-                     "again in the all-gather: 2(N−1)/N·Z"),
-               measured[0] // ITEMSIZE: N_("that counts elements; the run is fp32, 4 bytes each"),
-               2 * z: N_("2·Z is the all-reduce's bound for large N; with N ranks each sends 2(N−1)/N·Z"),
-               2 * measured[0]: N_("that counts backward too: f's all-reduce of dX runs in backward, not forward"),
-               2 * (n - 1) * inner // n: N_("only Z (b·s, h) crosses the network: GeLU(X·A) (b·s, ffn) stays on "
-                                            "its rank")}.get(predicted, N_("the forward's only collective is g's "
-                                                                           "all-reduce of Z (b·s, h), fp32"))
-        fail(title, _("bytes per rank"), _("you said {said}; the real run's ranks sent {measured} in forward: "
-                                           "{why}").format(said=f"{predicted:,}", measured=measured, why=_(why)))
-    print(f"{title}: ✓ " + _("{said} B per rank = 2(N−1)/N × Z's {z} B with N = {n}: the real run's ranks sent "
-                             "{measured} in forward").format(said=f"{predicted:,}", z=f"{z:,}", n=n,
-                                                             measured=measured))
+    print(f"{TITLE}: ✓ " + _("TP sizes 1, 2, 4 on real processes: G sums forward and passes each rank's gradient "
+                             "through unchanged; the layer's output, dX, dW and db equal nn.Linear's within 1e-5; "
+                             "one all-reduce forward (g), none backward"))

@@ -10,7 +10,7 @@ collectives or with the tempting shortcut (no sync before GeLU), and `split_erro
 (`simlab.render.tensor_parallel_widgets`) shows what this computes.
 
 `tp_or_zero3` sets TP beside ZeRO-3 for one MLP that does not fit on one GPU: memory, activations per sample,
-and what each sends.
+and what each sends per sequence (ZeRO-3 once per micro-batch).
 
     >>> [r["collective"] for r in sync_rows("column", "row", 4)]
     ['all-reduce']
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._checks import check_choice
+from .._checks import check_choice, check_int
 from ..trace import Event, Trace
 from .memory import PRECISIONS, comm_volume_per_step, per_gpu_bytes
 from .tensor_parallel import KINDS, _check_mlp, gelu, ring_bytes_sent, shard_plan
@@ -105,21 +105,32 @@ def split_trace(a_split: str, b_split: str, ranks: int, itemsize: int = ITEMSIZE
                        start=float(k), end=k + 1.0) for k, (where, op, numel) in enumerate(done) for r in range(ranks))
 
 
-def tp_or_zero3(hidden: int, seq: int, ranks: int, itemsize: int = 2) -> dict:
+def tp_or_zero3(hidden: int, seq: int, ranks: int, microbatch: int = 1, itemsize: int = 2) -> dict:
     """One MLP (A (h, 4h), B (4h, h), mixed-precision Adam) on `ranks` GPUs, TP or ZeRO-3, per GPU.
 
     ZeRO-3 gathers one unit at a time (here: this MLP), so its transient gather is one MLP's 16-bit weights.
     Activations: the (s, 4h) inner tensors U = X·A and GeLU(U) of one sample, which backward needs; TP
     splits them by its size, ZeRO-3 keeps them whole for every sample it holds (at least one per GPU).
-    Traffic: TP all-reduces one (s, h) activation in forward (g) and one in backward (f), per sample;
-    ZeRO-3 all-gathers the weights twice and reduce-scatters the gradients, per step whatever the batch."""
+    Traffic: TP all-reduces one (s, h) activation in forward (g) and one in backward (f), for every sequence of
+    the global batch (each TP GPU works on every sequence). ZeRO-3 all-gathers the weights for the forward and
+    again for the backward and reduce-scatters the gradients once per *micro-batch* (lesson 3, `sim.hybrid_time`):
+    the gathered weights are freed after each use and the gradient shard is reduced after each backward. A
+    micro-batch of `microbatch` sequences on each GPU covers ranks·microbatch sequences of the global batch, so
+    ZeRO-3 sends zero3_sent_per_microbatch / (ranks·microbatch) per sequence and breaks even with TP at a
+    micro-batch of `break_even_microbatch` sequences. Keeping the gathered weights and whole gradients from one
+    micro-batch to the next would make it once per step, at ZeRO-1's memory (`zero3_kept_state`)."""
+    check_int("microbatch", microbatch, 1)
     params = 8 * hidden * hidden
     inner = 2 * seq * 4 * hidden * itemsize  # U and GeLU(U), one sample, in the activations' `itemsize`
     weight_bytes = PRECISIONS["mixed"].param  # the gathered copy is of the 16-bit weights, whatever the activations
+    tp_sent = 2 * ring_bytes_sent("all-reduce", ranks, seq * hidden, itemsize)[0]
+    zero3_sent = comm_volume_per_step(params, 3, ranks)  # AG forward, AG backward, RS: one micro-batch's
     return {"whole": per_gpu_bytes(params, 1, 0, precision="mixed")["total"],
             "tp_state": per_gpu_bytes(params // ranks, 1, 0, precision="mixed")["total"],
             "zero3_state": per_gpu_bytes(params, ranks, 3, precision="mixed")["total"],
+            "zero3_kept_state": per_gpu_bytes(params, ranks, 1, precision="mixed")["total"],
             "zero3_gather": params * weight_bytes,
             "tp_activations": inner // ranks, "zero3_activations": inner,
-            "tp_sent_per_sample": 2 * ring_bytes_sent("all-reduce", ranks, seq * hidden, itemsize)[0],
-            "zero3_sent_per_step": comm_volume_per_step(params, 3, ranks)}
+            "tp_sent_per_sample": tp_sent, "zero3_sent_per_microbatch": zero3_sent,
+            "zero3_sent_per_sample": zero3_sent / (ranks * microbatch),
+            "break_even_microbatch": zero3_sent / (ranks * tp_sent)}

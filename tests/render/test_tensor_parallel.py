@@ -176,8 +176,8 @@ def test_tp_or_zero3_text_states_what_the_cell_computes():
     from simlab.sim.tensor_parallel_choices import tp_or_zero3
     cells = lesson_cells()
     text, code = "".join(cells["ed936032"]["source"]), cells["l5-tp-or-zero3"]
-    kwargs = {k: int(v) for k, v in re.findall(r"(hidden|seq|ranks)=(\d+)", "".join(code["source"]))}
-    assert kwargs == {"hidden": 25600, "seq": 2048, "ranks": 8} and "$h$ = 25600" in text
+    kwargs = {k: int(v) for k, v in re.findall(r"(hidden|seq|ranks|microbatch)=(\d+)", "".join(code["source"]))}
+    assert kwargs == {"hidden": 25600, "seq": 2048, "ranks": 8, "microbatch": 1} and "$h$ = 25600" in text
     got, n = tp_or_zero3(**kwargs), kwargs["ranks"]
     assert f"needs {got['whole'] / 1e9:.0f} GB" in text  # "one MLP alone needs 84 GB"
     assert text.count(f"{got['tp_state'] / 1e9:.1f} GB") == 2  # stored state, and the transient gather
@@ -187,9 +187,49 @@ def test_tp_or_zero3_text_states_what_the_cell_computes():
     assert f"{n} GPUs mean a global batch of at least {n} sequences" in text
     assert "twice per MLP per sample" in text and got["tp_sent_per_sample"] == 2 * (
         2 * (n - 1) * kwargs["seq"] * kwargs["hidden"] * 2 // n)
+    question = " ".join("".join(cells["l5-predict-zero3"]["source"]).split())
+    assert f"sequences of {kwargs['seq']} tokens, {n} GPUs" in question and "($b$ = 1;" in question
     printed = "".join(code["outputs"][0]["text"])
     assert f"{got['zero3_gather'] / 1e9:.2f} GB" in printed
-    assert f"under {got['zero3_sent_per_step'] / got['tp_sent_per_sample']:.0f} sequences" in printed
+    assert f"b = 1   {got['tp_sent_per_sample'] / 1e9:.2f} GB   {got['zero3_sent_per_sample'] / 1e9:.2f} GB" in printed
+    assert f"sends {got['zero3_sent_per_sample'] / got['tp_sent_per_sample']:.1f}× TP's bytes" in printed
+
+
+def test_zero3_is_charged_per_micro_batch_in_text_and_output():
+    """N1 of issue 23: ZeRO-3 gathers and reduces once per micro-batch (lesson 3, sim.hybrid_time), not once per
+    step; the break-even is a micro-batch size, printed, and the prose types none of the printed numbers."""
+    from simlab.sim.tensor_parallel_choices import tp_or_zero3
+    cells = lesson_cells()
+    bullets = " ".join("".join(cells["ed936032"]["source"]).split())
+    verdict = " ".join("".join(cells["l5-fit-verdict"]["source"]).split())
+    assert "whatever the batch" not in bullets + verdict and "once per **micro-batch**" in bullets
+    got = tp_or_zero3(hidden=25600, seq=2048, ranks=8)
+    printed = "".join(cells["l5-zero3-microbatch"]["outputs"][0]["text"])
+    assert got["break_even_microbatch"] == 6 * 25600 / (8 * 2048)  # b·s = 6h/N, as the verdict says
+    assert f"once b > {got['break_even_microbatch']:.3g} sequences" in printed and "$6h/N$" in verdict
+    assert f"6h/N = {6 * 25600 // 8:,} tokens" in printed
+    for b in (1, 2, 4, 8, 16, 32):  # each row: ZeRO-3's bytes per sequence fall as 1/b, TP's stay
+        at = tp_or_zero3(hidden=25600, seq=2048, ranks=8, microbatch=b)
+        assert f"{b:<25}{at['zero3_sent_per_sample'] / 1e9:.2f} GB" in printed
+    assert f"{got['zero3_kept_state'] / 1e9:.2f} GB of state per GPU, ZeRO-1's" in printed
+    assert "ZeRO-1's memory (printed above)" in verdict and "(printed above)" in verdict
+    for typed in (f"{got['break_even_microbatch']:.3g}", "75", f"{got['zero3_kept_state'] / 1e9:.1f}",
+                  f"{got['zero3_sent_per_sample'] / got['tp_sent_per_sample']:.1f}"):
+        assert typed not in verdict, typed
+
+
+def test_the_lesson_states_its_prerequisites_predicts_and_links_on():
+    cells = lesson_cells()
+    title = "".join(cells["5f0e2589"]["source"])
+    assert "**Before you start.**" in title and "`torch.autograd.Function`" in title
+    prompts = [c for c in cells.values() if "".join(c["source"]).startswith("**Predict, then run.**")]
+    assert len(prompts) >= 2
+    order = list(cells)
+    assert order.index("l5-predict-torch") + 1 == order.index("20103c53")  # asked right before the run
+    assert order.index("l5-predict-zero3") + 1 == order.index("l5-tp-or-zero3")
+    verdict = "".join(cells["l5-fit-verdict"]["source"])
+    assert "**Next:** [Lesson 6 — Choosing a strategy](06_choosing_a_strategy.ipynb)" in verdict
+    assert "(../exercises/05_tensor_parallel.ipynb)" in verdict
 
 
 def test_the_lesson_names_the_pre_activation_gradient_as_the_plan_does():

@@ -277,4 +277,25 @@ def test_tp_or_zero3_closed_forms(hidden, seq, ranks):
     assert fp32_acts["zero3_gather"] == 2 * p and fp32_acts["zero3_activations"] == 2 * got["zero3_activations"]
     assert got["zero3_activations"] == 2 * seq * 4 * hidden * 2 == ranks * got["tp_activations"]
     assert got["tp_sent_per_sample"] == 2 * 2 * (ranks - 1) * seq * hidden * 2 // ranks  # two ring all-reduces
-    assert got["zero3_sent_per_step"] == (ranks - 1) * (p // ranks) * (2 + 2 + 2)  # AG, AG (fp16), RS (fp16)
+    per_micro = (ranks - 1) * (p // ranks) * (2 + 2 + 2)  # AG, AG (fp16), RS (fp16): once per micro-batch
+    assert got["zero3_sent_per_microbatch"] == per_micro
+    assert got["zero3_kept_state"] == (2 + 2) * p + 12 * p // ranks  # weights and grads kept whole: ZeRO-1's
+    for b in (1, 3, 16):  # a micro-batch of b sequences on each of the ranks GPUs: ranks·b sequences per gather
+        assert tp_or_zero3(hidden, seq, ranks, microbatch=b)["zero3_sent_per_sample"] == per_micro / (ranks * b)
+    # break-even: (N-1)/N·8h²·6 B per micro-batch of N·b sequences = 8(N-1)/N·s·h B per sequence ⇔ b = 6h/(N·s)
+    assert got["break_even_microbatch"] == pytest.approx(6 * hidden / (ranks * seq), rel=1e-12)
+    below, above = (tp_or_zero3(hidden, seq, ranks, microbatch=b)["zero3_sent_per_sample"]
+                    for b in (math.floor(got["break_even_microbatch"]), math.ceil(got["break_even_microbatch"]) + 1))
+    assert below >= got["tp_sent_per_sample"] > above
+
+
+def test_zero3_gathers_per_micro_batch_as_lesson_6s_model_does():
+    """The course's 3-D time model (sim.hybrid_time) sends ZeRO-3's 2 gathers + 1 reduce-scatter per micro-batch:
+    m micro-batches cost m times one, which is what tp_or_zero3 charges per micro-batch."""
+    import inspect
+
+    from simlab.sim import hybrid_time
+    assert "m * (2 * gather + reduce)" in inspect.getsource(hybrid_time)
+    with pytest.raises(ValueError, match="microbatch"):
+        from simlab.sim.tensor_parallel_choices import tp_or_zero3
+        tp_or_zero3(256, 16, 2, microbatch=0)
