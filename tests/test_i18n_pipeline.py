@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 from simlab import i18n  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.grading.pipeline import (  # noqa: E402 — after matplotlib.use("Agg")
     BROKEN_ONE_F_ONE_B,
+    PREDICT_CHUNKS,
     PREDICT_MICROBATCHES,
     PREDICT_STAGES,
     _first_difference,
@@ -183,8 +184,20 @@ def _one_at_a_time(p, m):
 
 
 def _gpipe_order(p, m):
-    """GPipe: 1F1B's bubble, but every rank holds all m micro-batches."""
-    return gpipe(p, m)
+    """GPipe, written out: 1F1B's bubble, but every rank holds all m micro-batches."""
+    return [[Action(r, "F", j) for j in range(m)] + [Action(r, "B", j) for j in range(m)] for r in range(p)]
+
+
+def _one_f_one_b_by_hand(p, m):
+    """A right answer, written out (the check refuses simlab's own generator): warm-up, 1F + 1B, cool-down."""
+    out = []
+    for r in range(p):
+        w = min(p - r - 1, m)
+        acts = [Action(r, "F", j) for j in range(w)]
+        for j in range(m - w):
+            acts += [Action(r, "F", w + j), Action(r, "B", j)]
+        out.append(acts + [Action(r, "B", j) for j in range(m - w, m)])
+    return out
 
 
 @pytest.mark.parametrize("fn, chinese_reason", [
@@ -198,7 +211,7 @@ def test_a_wrong_1f1b_is_refused_with_its_reason_in_chinese(fn, chinese_reason, 
 
 
 def test_the_right_1f1b_passes_in_chinese(capsys):
-    english, chinese = graded_in_both(check_one_f_one_b, one_f_one_b, capsys=capsys)
+    english, chinese = graded_in_both(check_one_f_one_b, _one_f_one_b_by_hand, capsys=capsys)
     assert chinese == "1F1B 调度: ✓ 10 组 (p, m)：有效，顺序与 Megatron 一致，气泡 (p-1)/(m+p-1)，峰值激活 min(p-r, m)"
     assert numbers(chinese) == numbers(english)
 
@@ -239,54 +252,61 @@ def test_the_repair_passes_and_the_stub_is_unanswered_in_chinese(capsys):
         check_repaired_schedule(BROKEN_ONE_F_ONE_B)
 
 
-def fake_pipeline_run(name, world_size, microbatches, global_batch, compare_torch):
+def fake_pipeline_run(name, world_size, microbatches, chunks, global_batch, compare_torch):
     """run_pipeline's answer to the check: what each rank held, which equals the simulator's peaks."""
     assert not compare_torch and global_batch % microbatches == 0
-    plan = make_schedule(name, world_size, microbatches)
-    return {"schedule_name": name, "world_size": world_size, "microbatches": microbatches,
+    plan = make_schedule(name, world_size, microbatches, chunks)
+    return {"schedule_name": name, "world_size": world_size, "microbatches": microbatches, "chunks": chunks,
             "measured_peak_activations": peak_activations(plan)}
 
 
-P, M = PREDICT_STAGES, PREDICT_MICROBATCHES
+P, M, V = PREDICT_STAGES, PREDICT_MICROBATCHES, PREDICT_CHUNKS
+RIGHT = {"interleaved": [(V - 1) * P + 2 * (P - r - 1) + 1 for r in range(P)], "zero-bubble": [P] * P}
 
 
 def test_a_right_prediction_passes_in_chinese(capsys):
-    right = {"gpipe": [M] * P, "1f1b": [min(P - r, M) for r in range(P)]}
-    english, chinese = graded_in_both(check_peak_prediction, right, fake_pipeline_run, capsys=capsys)
-    assert chinese.startswith("每个 rank 的峰值激活，预测与真实运行对照: ✓ GPipe [6, 6, 6]，1F1B [3, 2, 1] 个微批次的激活值")
+    english, chinese = graded_in_both(check_peak_prediction, RIGHT, fake_pipeline_run, capsys=capsys)
+    assert chinese.startswith("每个 rank 的峰值激活，预测与真实运行对照: ✓ 交错式 [8, 6, 4] 个模型块单位，ZB-H1 [3, 3, 3] 个微批次")
     assert numbers(chinese) == numbers(english)
 
 
-@pytest.mark.parametrize("one_f_one_b_guess, hint", [
-    ([1, 1, 1], "（1F1B 并不是只有一个微批次在途"),
-    ([2, 1, 0], "（预热的 p - r - 1 个，还要加上"),
-    ([6, 6, 6], "（那是 GPipe 的"),
-    ([1, 2, 3], "（rank 0 是第一个阶段"),
-    ([3, 3, 3], "（越靠后的 rank 越早拿回第一个梯度"),
+@pytest.mark.parametrize("name, guess, hint", [
+    ("interleaved", [3, 2, 1], "（那是 1F1B 的"),
+    ("interleaved", [12, 12, 12], "（那是这一步的全部前向"),
+    ("interleaved", [6, 4, 2], "（不是 1F1B 的 v 倍"),
+    ("interleaved", [7, 5, 3], "（预热之外，还要加上"),
+    ("interleaved", [4, 6, 8], "（rank 0 是第一个阶段"),
+    ("zero-bubble", [3, 2, 1], "（那是 1F1B 的"),
+    ("zero-bubble", [3, 3, 2], "权重梯度 W"),
 ])
-def test_each_usual_wrong_prediction_gets_its_hint_in_chinese(one_f_one_b_guess, hint, capsys):
-    guess = {"gpipe": [M] * P, "1f1b": one_f_one_b_guess}
-    english, chinese = graded_in_both(check_peak_prediction, guess, fake_pipeline_run, capsys=capsys, fails=True)
-    assert chinese.startswith(f"每个 rank 的峰值激活，预测与真实运行对照: ✗ 1f1b: 你预测的是 {one_f_one_b_guess}，"
-                              "真实运行持有 [3, 2, 1]")
-    assert "1F1B 的 rank r 先做 p - r - 1 个预热前向" in chinese and hint in chinese
+def test_each_usual_wrong_prediction_gets_its_hint_in_chinese(name, guess, hint, capsys):
+    predicted = RIGHT | {name: guess}
+    english, chinese = graded_in_both(check_peak_prediction, predicted, fake_pipeline_run, capsys=capsys, fails=True)
+    assert chinese.startswith(f"每个 rank 的峰值激活，预测与真实运行对照: ✗ {name}: 你预测的是 {guess}；rank ")
+    assert ("按模型块计数" if name == "interleaved" else "推迟了它的 W") in chinese and hint in chinese
+    assert str(RIGHT[name]) not in chinese  # a hint, never the measured numbers
     assert numbers(chinese) == numbers(english)
 
 
 @pytest.mark.parametrize("predicted, run, chinese_reason", [
-    ({"gpipe": [3, 2, 1], "1f1b": [3, 2, 1]}, fake_pipeline_run, "GPipe 在每个 rank 上先跑完全部 m = 6 个前向"),
-    ([6, 6, 6], fake_pipeline_run, "必须是以 'gpipe' 和 '1f1b' 为键的 dict，得到的是 [6, 6, 6]"),
-    ({"gpipe": [6, 6], "1f1b": [3, 2, 1]}, fake_pipeline_run, "每个 rank 预测一个整数，共 3 个（rank 0 在前）"),
-    ({"gpipe": [6, 6, 6], "1f1b": [3, 2, 1]}, "run_pipeline", "需要在真实进程上运行调度的那个函数"),
-    ({"gpipe": [6, 6, 6], "1f1b": [3, 2, 1]}, lambda *a, **k: {}, "没有返回 measured_peak_activations"),
+    ([8, 6, 4], fake_pipeline_run, "必须是以 'interleaved'（交错式）和 'zero-bubble'（零气泡）为键的 dict，得到的是 [8, 6, 4]"),
+    (RIGHT | {"interleaved": [8, 6]}, fake_pipeline_run, "每个 rank 预测一个整数，共 3 个（rank 0 在前）"),
+    (RIGHT, "run_pipeline", "需要在真实进程上运行调度的那个函数"),
+    (RIGHT, lambda *a, **k: {}, "没有返回 measured_peak_activations"),
 ])
 def test_each_malformed_or_wrong_answer_is_refused_in_chinese(predicted, run, chinese_reason, capsys):
     english, chinese = graded_in_both(check_peak_prediction, predicted, run, capsys=capsys, fails=True)
     assert chinese_reason in chinese and numbers(chinese) == numbers(english)
 
 
+def test_simlabs_own_1f1b_is_refused_in_chinese(capsys):
+    english, chinese = graded_in_both(check_one_f_one_b, lambda p, m: make_schedule("1f1b", p, m), capsys=capsys,
+                                      fails=True)
+    assert "它调用了 simlab 自己的 make_schedule" in chinese and numbers(chinese) == numbers(english)
+
+
 def test_an_unanswered_prediction_is_a_stub_in_chinese(capsys):
     i18n.set_language("zh")
     with pytest.raises(NotImplementedError, match="^练习：请在上面的单元格里写下你的预测$"):
-        check_peak_prediction({"gpipe": None, "1f1b": None}, fake_pipeline_run)
+        check_peak_prediction({"interleaved": None, "zero-bubble": None}, fake_pipeline_run)
     assert capsys.readouterr().out == ""  # nothing graded, nothing started

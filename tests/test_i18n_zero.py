@@ -39,8 +39,11 @@ def stored_output(path: str, cell_id: str) -> str:
     return "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
 
 
-def memory(psi, n_gpus, stage):  # a correct answer to the exercise, from the model it is graded against
-    return per_gpu_bytes(psi, n_gpus, stage, precision="mixed")
+def memory(psi, n_gpus, stage):  # a correct answer to the exercise, written out (the check refuses simlab's own)
+    shard = -(-psi // n_gpus)
+    params, grads, optimizer = (2 * (shard if stage >= 3 else psi), 2 * (shard if stage >= 2 else psi),
+                                12 * (shard if stage >= 1 else psi))
+    return {"params": params, "grads": grads, "optimizer": optimizer, "total": params + grads + optimizer}
 
 
 def fake_zero2_run() -> dict:
@@ -85,20 +88,22 @@ def test_a_right_answer_is_graded_as_the_english_solution_stored_it_and_in_chine
 
 
 @pytest.mark.parametrize("check, args, words", [
-    (check_fit_70b, (2, 10, False), ["放不下", "16 位参数"]),  # stage 2 never fits: the full 16-bit parameters
+    (check_fit_70b, (2, 10, False), ["放不下", "16 位参数", "混合精度 Adam"]),  # stage 2 never fits: 16-bit params
+    (check_fit_70b, (3, 2, True), ["主机内存", "560.0 GB", "DGX H100"]),  # offload: the host's share overflows
     (check_fit_70b, (2, 4, True), ["Offload", "主机内存"]),  # offload still keeps the parameters on each GPU
     (check_fit_70b, (3, 16, False), ["不是最少的", "15 块 GPU"]),
     (check_fit_70b, (3, 14, False), ["超过 80 GB", "两步之间"]),
     (check_fit_70b, (1, 8, True), ["必须是 True 或 False"]),
-    (check_bytes_prediction, (120, fake_zero2_run(), SIZES, 1), ["只算了一半", "归约分散", "全收集"]),
+    (check_bytes_prediction, (120, fake_zero2_run(), SIZES, 1), ["只算了一次集合通信", "归约分散", "全收集"]),
     (check_bytes_prediction, (60, fake_zero2_run(), SIZES, 1), ["元素个数"]),
     (check_bytes_prediction, (360, fake_zero2_run(), SIZES, 1), ["3Ψ"]),
-    (check_bytes_prediction, (999, fake_zero2_run(), SIZES, 1), ["(N-1)·ΣS·8", "ΣS = 15"]),
+    (check_bytes_prediction, (999, fake_zero2_run(), SIZES, 1), ["逐层来数", "fp32"]),
+    (check_zero_memory, (lambda psi, n, stage: per_gpu_bytes(psi, n, stage, precision="mixed"),), ["simlab 自己的模型"]),
     (check_zero_memory, (lambda psi, n, stage: {"total": 0},), ["答案的形式", "dict"]),
     (check_zero_memory, (lambda psi, n, stage: {**memory(psi, n, stage), "total": 1},), ["论文的例子，阶段 0"]),
     (check_zero_memory, (lambda psi, n, stage: {**memory(psi, n, stage), "grads": 2 * psi},), ["分片向上取整"]),
-], ids=["never", "offload-never", "too-many", "too-few", "bad-offload", "half", "elements", "zero3", "other",
-        "form", "paper", "unsharded-grads"])
+], ids=["never", "host", "offload-never", "too-many", "too-few", "bad-offload", "half", "elements", "zero3", "other",
+        "simlabs-own", "form", "paper", "unsharded-grads"])
 def test_a_wrong_answer_gets_its_reason_in_chinese_with_the_same_numbers(capsys, check, args, words):
     english, chinese = in_both(capsys, check, *args)
     assert "✗" in english and not CJK.search(english)

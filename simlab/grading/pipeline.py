@@ -1,6 +1,7 @@
 """Checks for the graded exercises of lesson 4 (pipeline parallel); lesson 5's are in `simlab.grading.tensor_parallel`:
-write 1F1B (`check_one_f_one_b`), repair a broken 1F1B list (`check_repaired_schedule`), and predict every
-rank's peak activations under GPipe and 1F1B before running both for real (`check_peak_prediction`).
+write 1F1B (`check_one_f_one_b`; handing it simlab's own generator is refused), repair a broken 1F1B list
+(`check_repaired_schedule`), and predict every rank's peak activations under interleaved 1F1B and ZB-H1
+before running both for real (`check_peak_prediction`; a wrong guess gets a hint, never the numbers).
 
 As in every `simlab.grading` module: each check prints one stable line (✓ or ✗ naming the case), which nbval
 compares; a failing check raises AssertionError so the cell fails. The words go through `_()`
@@ -10,11 +11,33 @@ come.
 """
 from __future__ import annotations
 
+import sys
+
 from ..i18n import _
+from ..sim import pipeline_schedules
 from ..sim.pipeline import as_actions, bubble_fraction, makespan, peak_activations, simulate
 from ..sim.pipeline_check import validate
 from ..sim.pipeline_schedules import one_f_one_b
 from .common import fail
+
+SCHEDULES_FILE = one_f_one_b.__code__.co_filename  # simlab's own generators, as their code names the file
+
+
+def _calls_simlabs_generator(fn, *args):
+    """`fn(*args)`, and the name of the first function of `simlab.sim.pipeline_schedules` it called (None if
+    none): an answer that returns simlab's own 1F1B has not been written. (Lesson 3's grader watches the same
+    way: `simlab.grading.zero._calls_into_sim`.)"""
+    called = []
+
+    def watch(frame, event, arg):
+        if event == "call" and not called and frame.f_code.co_filename == SCHEDULES_FILE:
+            called.append(frame.f_code.co_name)
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        return fn(*args), (called or [None])[0]
+    finally:
+        sys.setprofile(previous)
 
 # (p, m): the lesson's 4 x 8 plus cases the student has not seen — fewer micro-batches than stages
 # (warm-up is cut short), one stage, one micro-batch, odd sizes
@@ -38,10 +61,17 @@ def check_one_f_one_b(fn) -> None:
     per rank, and last Megatron's exact order (a valid schedule with 1F1B's bubble and memory that only
     orders things differently is told so last)."""
     title = _("1F1B schedule")
+    if getattr(fn, "__module__", None) == pipeline_schedules.__name__:
+        fail(title, _("your function"), _("that is simlab's own {name}: write the three loops yourself").format(
+            name=getattr(fn, "__name__", "generator")))
     for p, m in ONE_F_ONE_B_CASES:
         case = f"stages={p}, microbatches={m}"
+        schedule, called = _calls_simlabs_generator(fn, p, m)
+        if called:
+            fail(title, case, _("it calls simlab's own {name} (simlab.sim.pipeline_schedules): write the three "
+                                "loops yourself").format(name=called))
         try:
-            got = as_actions(fn(p, m))
+            got = as_actions(schedule)
         except ValueError as err:
             fail(title, case, str(err))
         problems = validate(got, stages=p, microbatches=m)
@@ -113,18 +143,26 @@ def check_repaired_schedule(schedule) -> None:
 
 # ---------------------------------------------------------------- predict, then run: peak activations
 
-# Not the lesson's p = 4, m = 8, whose peaks the lesson prints: the prediction needs the rule, not the table.
-PREDICT_STAGES, PREDICT_MICROBATCHES = 3, 6
+# Neither schedule nor size appears before it: the lesson prints p = 4, m = 8 (interleaved and ZB-H1 among
+# them), the exercise's repair check prints 1F1B's peaks for p = 3 and its intro states 1F1B's min(p - r, m).
+# The two schedules that beat 1F1B's bubble, asked about what each pays for it in activations.
+PREDICT_STAGES, PREDICT_MICROBATCHES, PREDICT_CHUNKS = 3, 6, 2
 PREDICT_GLOBAL_BATCH = 12  # 2 samples per micro-batch (run_pipeline needs the batch divisible by m)
+PREDICTED = ("interleaved", "zero-bubble")
 
 
-def _why_peak(name: str, p: int, m: int) -> str:
-    """What the real run held, and why, in the words of the lesson."""
-    if name == "gpipe":
-        return _("GPipe runs all m = {m} forwards on every rank before its first backward frees anything").format(m=m)
-    return _("1F1B's rank r runs p - r - 1 warm-up forwards and one more forward before its first backward, then "
-             "frees one micro-batch per backward: min(p - r, m) = {peaks}").format(
-        peaks=[min(p - r, m) for r in range(p)])
+def _chunks(name: str) -> int:
+    return PREDICT_CHUNKS if name == "interleaved" else 1
+
+
+def _why_peak(name: str) -> str:
+    """What to count, in the words of the lesson (sections 5 and 6): the concept, never the numbers."""
+    if name == "interleaved":
+        return _("count chunk units: each chunk forward keeps its activations until its backward, and before its "
+                 "first backward rank r runs interleaved 1F1B's warm-up (lesson 4, section 6), then one more "
+                 "forward")
+    return _("a micro-batch's activations stay until its weight gradient W, not its input gradient I: count "
+             "what rank r holds when it has deferred its Ws (lesson 4, section 5)")
 
 
 def _one_line(value) -> str:
@@ -141,19 +179,20 @@ def _per_rank(guess, p: int) -> list[int] | None:
 
 
 def check_peak_prediction(predicted, run) -> None:
-    """Grade `predicted` = {"gpipe": [n per rank], "1f1b": [n per rank]}, the most micro-batches'
-    activations each rank holds at once (p = 3, m = 6). The prediction is read first (an unanswered
-    stub raises NotImplementedError before anything starts); then `run` (`run_pipeline`) runs both
-    schedules on p real processes, and their "measured_peak_activations" — what each rank's executor
-    really kept alive at once, counted in its own stash, not read off the list — is the answer."""
+    """Grade `predicted` = {"interleaved": [n per rank], "zero-bubble": [n per rank]}, the most activations each
+    rank holds at once (p = 3, m = 6; interleaved with v = 2 chunks, counted in chunk units). The prediction is
+    read first (an unanswered stub raises NotImplementedError before anything starts); then `run`
+    (`run_pipeline`) runs both schedules on p real processes, and their "measured_peak_activations" — what each
+    rank's executor really kept alive at once, counted in its own stash, not read off the list — is the answer.
+    A wrong prediction is told which rank is off, which way, and what to count: never the measured numbers."""
     title = _("peak activations per rank, predicted vs the real run")
     p, m = PREDICT_STAGES, PREDICT_MICROBATCHES
-    if not isinstance(predicted, dict) or set(predicted) != {"gpipe", "1f1b"}:
-        fail(title, "predicted", _("must be a dict with the keys 'gpipe' and '1f1b', got {got}").format(
+    if not isinstance(predicted, dict) or set(predicted) != set(PREDICTED):
+        fail(title, "predicted", _("must be a dict with the keys 'interleaved' and 'zero-bubble', got {got}").format(
             got=_one_line(predicted)))
     if all(v is None for v in predicted.values()):  # the exercise's stub: no process is started for it
         raise NotImplementedError(_("exercise: write your prediction in the cell above"))
-    guesses = {name: _per_rank(predicted[name], p) for name in ("gpipe", "1f1b")}
+    guesses = {name: _per_rank(predicted[name], p) for name in PREDICTED}
     for name, guess in guesses.items():
         if guess is None:
             fail(title, name, _("predict one whole number per rank, {p} in all (rank 0 first), got {got}").format(
@@ -161,39 +200,42 @@ def check_peak_prediction(predicted, run) -> None:
     if not callable(run):
         fail(title, "run", _("needs the function that runs a schedule for real (run_pipeline), got {got}").format(
             got=_one_line(run)))
-    runs = {name: run(name, world_size=p, microbatches=m, global_batch=PREDICT_GLOBAL_BATCH, compare_torch=False)
-            for name in ("gpipe", "1f1b")}
+    runs = {name: run(name, world_size=p, microbatches=m, chunks=_chunks(name), global_batch=PREDICT_GLOBAL_BATCH,
+                      compare_torch=False) for name in PREDICTED}
     for name, res in runs.items():
         if not isinstance(res, dict) or "measured_peak_activations" not in res:
             fail(title, name, _("the run returned no measured_peak_activations: it must be run_pipeline, a real run"))
-        if (res.get("schedule_name"), res.get("world_size"), res.get("microbatches")) != (name, p, m):
-            fail(title, name, _("the run must be {name} on world_size={p} with microbatches={m}").format(
-                name=name, p=p, m=m))
+        if (res.get("schedule_name"), res.get("world_size"), res.get("microbatches"), res.get("chunks")) != (
+                name, p, m, _chunks(name)):
+            fail(title, name, _("the run must be {name} on world_size={p} with microbatches={m} and chunks={v}")
+                 .format(name=name, p=p, m=m, v=_chunks(name)))
     for name, guess in guesses.items():
         real = list(runs[name]["measured_peak_activations"])
         if guess != real:
-            r = next((r for r in range(p) if guess[r] != real[r]), 0)
-            fail(title, name, _("you predicted {guess}, the real run held {real} (rank {rank}: {held}, not {said}): "
-                                "{why}").format(guess=guess, real=real, rank=r, held=real[r], said=guess[r],
-                                                why=_why_peak(name, p, m)) + _hint(name, guess, real))
-    g, o = (runs[n]["measured_peak_activations"] for n in ("gpipe", "1f1b"))
-    print(f"{title}: ✓ " + _("GPipe {gpipe}, 1F1B {one_f_one_b} micro-batches' activations, as measured: GPipe keeps "
-                             "all m on every rank, 1F1B min(p - r, m)").format(gpipe=g, one_f_one_b=o))
+            r = next(r for r in range(p) if guess[r] != real[r])
+            way = _("more") if real[r] > guess[r] else _("fewer")
+            fail(title, name, _("you predicted {guess}; rank {rank} really held {way} than that: {why}").format(
+                guess=guess, rank=r, way=way, why=_why_peak(name)) + _hint(name, guess))
+    i, z = (runs[n]["measured_peak_activations"] for n in PREDICTED)
+    print(f"{title}: ✓ " + _("interleaved {interleaved} chunk units, ZB-H1 {zero_bubble} micro-batches, as measured: "
+                             "interleaving pays for its smaller bubble with a longer warm-up, ZB-H1 with the "
+                             "activations its deferred weight gradients keep").format(interleaved=i, zero_bubble=z))
 
 
-def _hint(name: str, guess: list[int], real: list[int]) -> str:
-    """The usual wrong answers, named."""
-    p, m = PREDICT_STAGES, PREDICT_MICROBATCHES
-    if name == "1f1b" and guess == [1] * p:
-        return _(" (1F1B does not mean one micro-batch in flight: the warm-up fills the pipeline first)")
-    if name == "1f1b" and guess == [min(p - r - 1, m) for r in range(p)]:
-        return _(" (the warm-up's p - r - 1, plus the steady state's forward that runs before the first backward)")
-    if name == "1f1b" and guess == [m] * p:
-        return _(" (that is GPipe's: 1F1B frees one micro-batch with each backward as it goes)")
-    if name == "1f1b" and guess == real[::-1]:
+def _hint(name: str, guess: list[int]) -> str:
+    """The usual wrong answers, named by the idea they miss."""
+    p, m, v = PREDICT_STAGES, PREDICT_MICROBATCHES, PREDICT_CHUNKS
+    one_f = [min(p - r, m) for r in range(p)]
+    if guess == one_f:
+        return _(" (that is 1F1B's: see what this schedule changes)")
+    if guess == [m] * p or guess == [v * m] * p:
+        return _(" (that is every forward of the step, as GPipe holds them: this schedule runs backwards as soon "
+                 "as it can)")
+    if sorted(guess) == guess and guess != sorted(guess, reverse=True):
         return _(" (rank 0 is the first stage: its first gradient comes back last, so it holds the most)")
-    if name == "1f1b" and guess == [min(p, m)] * p:
-        return _(" (a later rank gets its first gradient back sooner: rank r warms up only p - r - 1)")
-    if name == "gpipe" and max(guess) <= p:
-        return _(" (p - r is 1F1B's bound; GPipe's grows with m)")
+    if name == "interleaved" and guess == [v * n for n in one_f]:
+        return _(" (not v times 1F1B's: the warm-up first carries p micro-batches through a rank's earlier chunk, "
+                 "the same on every rank)")
+    if name == "interleaved" and guess == [(v - 1) * p + 2 * (p - r - 1) for r in range(p)]:
+        return _(" (the warm-up, plus the steady state's forward that runs before the first backward)")
     return ""

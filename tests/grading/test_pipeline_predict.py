@@ -4,14 +4,17 @@ import pytest
 
 from simlab.grading.pipeline import (
     BROKEN_ONE_F_ONE_B,
+    PREDICT_CHUNKS,
     PREDICT_MICROBATCHES,
     PREDICT_STAGES,
+    PREDICTED,
     check_peak_prediction,
     check_repaired_schedule,
 )
 from simlab.parity.pipeline import run_pipeline
+from simlab.sim.pipeline import peak_activations
 from simlab.sim.pipeline_check import validate
-from simlab.sim.pipeline_schedules import gpipe, one_f_one_b
+from simlab.sim.pipeline_schedules import gpipe, make_schedule, one_f_one_b
 
 
 def _fails(check, *args, capsys) -> str:
@@ -77,14 +80,15 @@ def test_a_valid_but_slow_repair_is_told_the_makespan(capsys):
 
 # ---------------------------------------------------------------- predict, then run
 
-P, M = 3, 6  # the exercise's pipeline: not the lesson's 4 x 8, whose peaks the lesson prints
+P, M, V = 3, 6, 2  # the exercise's pipeline: not the lesson's 4 x 8, whose peaks the lesson prints
+RIGHT = {"interleaved": [8, 6, 4], "zero-bubble": [3, 3, 3]}
 
 
 @pytest.fixture(scope="module")
 def runs():
-    """GPipe and 1F1B on 3 real processes, m = 6, as the check asks for them: about a second each."""
-    return {name: run_pipeline(name, world_size=P, microbatches=M, global_batch=12, compare_torch=False)
-            for name in ("gpipe", "1f1b")}
+    """Interleaved (v = 2) and ZB-H1 on 3 real processes, m = 6, as the check asks for them: about a second each."""
+    return {name: run_pipeline(name, world_size=P, microbatches=M, chunks=V if name == "interleaved" else 1,
+                               global_batch=12, compare_torch=False) for name in ("interleaved", "zero-bubble")}
 
 
 def replay(results, calls=None):
@@ -95,48 +99,67 @@ def replay(results, calls=None):
     return run
 
 
-def test_the_exercise_asks_for_a_case_the_lesson_does_not_print():
-    assert (PREDICT_STAGES, PREDICT_MICROBATCHES) == (P, M) != (4, 8)
+def test_the_exercise_asks_for_a_case_nothing_before_it_prints():
+    """Not the lesson's p = 4, m = 8 (whose interleaved and ZB-H1 peaks its section 6 prints), and not 1F1B,
+    whose peaks the exercise's own repair check prints for p = 3 and whose min(p - r, m) its intro states."""
+    assert (PREDICT_STAGES, PREDICT_MICROBATCHES, PREDICT_CHUNKS) == (P, M, V) and (P, M) != (4, 8)
+    assert PREDICTED == ("interleaved", "zero-bubble")
+    shown = [peak_activations(one_f_one_b(P, 4)), peak_activations(one_f_one_b(P, M)), [M] * P, [V * M] * P]
+    assert all(peaks not in shown for peaks in RIGHT.values())  # 1F1B's (the repair check's) and GPipe's
 
 
-def test_the_real_runs_hold_what_the_closed_forms_say(runs):
-    # measured in the executor's own stash, not computed from the list: the check grades against these
-    assert runs["gpipe"]["measured_peak_activations"] == [M] * P
-    assert runs["1f1b"]["measured_peak_activations"] == [min(P - r, M) for r in range(P)] == [3, 2, 1]
+def test_the_real_runs_hold_what_the_lessons_rules_say(runs):
+    """Measured in the executor's own stash, not computed from the list: the check grades against these. The
+    lesson's rules: interleaved rank r warms up (v - 1)·p + 2(p - r - 1) chunk forwards and runs one more
+    before its first backward; ZB-H1's rank r holds 1F1B's p - r plus the r weight gradients it defers."""
+    assert runs["interleaved"]["measured_peak_activations"] == [(V - 1) * P + 2 * (P - r - 1) + 1 for r in range(P)] \
+        == RIGHT["interleaved"] == peak_activations(make_schedule("interleaved", P, M, V))
+    assert runs["zero-bubble"]["measured_peak_activations"] == [(P - r) + r for r in range(P)] \
+        == RIGHT["zero-bubble"] == peak_activations(make_schedule("zero-bubble", P, M))
 
 
 def test_the_right_prediction_passes_and_the_check_runs_the_asked_case(runs, capsys):
     calls = []
-    check_peak_prediction({"gpipe": [6, 6, 6], "1f1b": (3, 2, 1)}, replay(runs, calls))
+    check_peak_prediction({"interleaved": [8, 6, 4], "zero-bubble": (3, 3, 3)}, replay(runs, calls))
     assert capsys.readouterr().out.startswith(
-        "peak activations per rank, predicted vs the real run: ✓ GPipe [6, 6, 6], 1F1B [3, 2, 1] micro-batches' "
-        "activations, as measured")
-    assert [(name, kw["world_size"], kw["microbatches"]) for name, kw in calls] == [("gpipe", P, M), ("1f1b", P, M)]
+        "peak activations per rank, predicted vs the real run: ✓ interleaved [8, 6, 4] chunk units, ZB-H1 [3, 3, 3] "
+        "micro-batches, as measured")
+    assert [(name, kw["world_size"], kw["microbatches"], kw["chunks"]) for name, kw in calls] == [
+        ("interleaved", P, M, V), ("zero-bubble", P, M, 1)]
 
 
-@pytest.mark.parametrize("predicted, reason", [
-    ({"gpipe": [3, 2, 1], "1f1b": [3, 2, 1]},
-     "gpipe: you predicted [3, 2, 1], the real run held [6, 6, 6] (rank 0: 6, not 3): GPipe runs all m = 6"),
-    ({"gpipe": [3, 3, 3], "1f1b": [3, 2, 1]}, "p - r is 1F1B's bound; GPipe's grows with m"),
-    ({"gpipe": [6, 6, 6], "1f1b": [1, 1, 1]}, "1f1b: you predicted [1, 1, 1], the real run held [3, 2, 1]"),
-    ({"gpipe": [6, 6, 6], "1f1b": [1, 1, 1]}, "does not mean one micro-batch in flight"),
-    ({"gpipe": [6, 6, 6], "1f1b": [2, 1, 0]}, "plus the steady state's forward that runs before the first backward"),
-    ({"gpipe": [6, 6, 6], "1f1b": [6, 6, 6]}, "that is GPipe's"),
-    ({"gpipe": [6, 6, 6], "1f1b": [1, 2, 3]}, "rank 0 is the first stage: its first gradient comes back last"),
-    ({"gpipe": [6, 6, 6], "1f1b": [3, 3, 3]}, "(rank 1: 2, not 3)"),
-    ({"gpipe": [6, 6, 6], "1f1b": [3, 3, 3]}, "rank r warms up only p - r - 1"),
-    ({"gpipe": [6, 6, 6], "1f1b": [3, 2, 2]}, "min(p - r, m) = [3, 2, 1]"),
+@pytest.mark.parametrize("name, guess, reason", [
+    ("interleaved", [3, 2, 1], "that is 1F1B's"),
+    ("interleaved", [12, 12, 12], "that is every forward of the step, as GPipe holds them"),
+    ("interleaved", [6, 6, 6], "that is every forward of the step"),
+    ("interleaved", [6, 4, 2], "not v times 1F1B's"),
+    ("interleaved", [7, 5, 3], "the warm-up, plus the steady state's forward"),
+    ("interleaved", [4, 6, 8], "rank 0 is the first stage"),
+    ("interleaved", [8, 6, 5], "rank 2 really held fewer than that: count chunk units"),
+    ("interleaved", [7, 6, 4], "rank 0 really held more than that: count chunk units"),
+    ("zero-bubble", [3, 2, 1], "that is 1F1B's"),
+    ("zero-bubble", [6, 6, 6], "as GPipe holds them"),
+    ("zero-bubble", [1, 2, 3], "rank 0 is the first stage"),
+    ("zero-bubble", [3, 3, 2], "rank 2 really held more than that: a micro-batch's activations stay until its "
+                               "weight gradient W"),
 ])
-def test_each_wrong_prediction_fails_with_its_reason(runs, predicted, reason, capsys):
-    assert reason in _fails(check_peak_prediction, predicted, replay(runs), capsys=capsys)
+def test_each_wrong_prediction_gets_the_concept_and_never_the_numbers(runs, name, guess, reason, capsys):
+    """A failed prediction under nbval shows its ✗ line: with the measured peaks in it, copying them would pass."""
+    predicted = dict(RIGHT) | {name: guess}
+    out = _fails(check_peak_prediction, predicted, replay(runs), capsys=capsys)
+    assert f"✗ {name}: you predicted {guess}; " in out and reason in out, out
+    assert str(RIGHT[name]) not in out and "held [" not in out
 
 
 @pytest.mark.parametrize("predicted, reason", [
-    ({"gpipe": 6, "1f1b": [3, 2, 1]}, "gpipe: predict one whole number per rank, 3 in all (rank 0 first), got 6"),
-    ({"gpipe": [6, 6], "1f1b": [3, 2, 1]}, "3 in all (rank 0 first), got [6, 6]"),
-    ({"gpipe": [6.0, 6, 6], "1f1b": [3, 2, 1]}, "predict one whole number per rank"),
-    ({"gpipe": [6, 6, 6], "1f1b": None}, "1f1b: predict one whole number per rank, 3 in all (rank 0 first), got None"),
-    ({"gpipe": [6, 6, 6]}, "must be a dict with the keys 'gpipe' and '1f1b'"),
+    ({"interleaved": 8, "zero-bubble": [3, 3, 3]}, "interleaved: predict one whole number per rank, 3 in all (rank 0 "
+                                                   "first), got 8"),
+    ({"interleaved": [8, 6], "zero-bubble": [3, 3, 3]}, "3 in all (rank 0 first), got [8, 6]"),
+    ({"interleaved": [8.0, 6, 4], "zero-bubble": [3, 3, 3]}, "predict one whole number per rank"),
+    ({"interleaved": [8, 6, 4], "zero-bubble": None}, "zero-bubble: predict one whole number per rank, 3 in all "
+                                                      "(rank 0 first), got None"),
+    ({"interleaved": [8, 6, 4]}, "must be a dict with the keys 'interleaved' and 'zero-bubble'"),
+    ({"gpipe": [6, 6, 6], "1f1b": [3, 2, 1]}, "must be a dict with the keys 'interleaved' and 'zero-bubble'"),
     (8, "must be a dict with the keys"),
 ])
 def test_a_malformed_prediction_fails_before_any_process_starts(predicted, reason, capsys):
@@ -148,24 +171,26 @@ def test_a_malformed_prediction_fails_before_any_process_starts(predicted, reaso
 def test_the_unanswered_stub_is_not_implemented_and_starts_nothing(capsys):
     calls = []
     with pytest.raises(NotImplementedError, match="write your prediction"):
-        check_peak_prediction({"gpipe": None, "1f1b": None}, replay({}, calls))
+        check_peak_prediction({"interleaved": None, "zero-bubble": None}, replay({}, calls))
     assert calls == [] and capsys.readouterr().out == ""
 
 
 def test_the_prediction_is_graded_on_real_runs_of_the_asked_case(runs, capsys):
-    right = {"gpipe": [6, 6, 6], "1f1b": [3, 2, 1]}
-    assert "needs the function that runs a schedule for real" in _fails(check_peak_prediction, right, runs,
+    assert "needs the function that runs a schedule for real" in _fails(check_peak_prediction, RIGHT, runs,
                                                                         capsys=capsys)
-    swapped = {"gpipe": runs["1f1b"], "1f1b": runs["gpipe"]}
-    assert "the run must be gpipe on world_size=3" in _fails(check_peak_prediction, right, replay(swapped),
-                                                              capsys=capsys)
-    simulated = {name: {"schedule_name": name, "world_size": P, "microbatches": M} for name in ("gpipe", "1f1b")}
-    assert "a real run" in _fails(check_peak_prediction, right, replay(simulated), capsys=capsys)
+    swapped = {"interleaved": runs["zero-bubble"], "zero-bubble": runs["interleaved"]}
+    assert "the run must be interleaved on world_size=3 with microbatches=6 and chunks=2" in _fails(
+        check_peak_prediction, RIGHT, replay(swapped), capsys=capsys)
+    one_chunk = runs | {"interleaved": runs["interleaved"] | {"chunks": 1}}
+    assert "and chunks=2" in _fails(check_peak_prediction, RIGHT, replay(one_chunk), capsys=capsys)
+    simulated = {name: {"schedule_name": name, "world_size": P, "microbatches": M, "chunks": V}
+                 for name in ("interleaved", "zero-bubble")}
+    assert "a real run" in _fails(check_peak_prediction, RIGHT, replay(simulated), capsys=capsys)
 
 
 def test_the_grade_follows_the_measurement_not_the_list(runs, capsys):
     """Were a rank to hold one more micro-batch than the list says (a leak), the same right-by-the-list
     prediction would fail: the check reads what the executor counted."""
-    leaky = runs | {"1f1b": runs["1f1b"] | {"measured_peak_activations": [4, 2, 1]}}
-    out = _fails(check_peak_prediction, {"gpipe": [6, 6, 6], "1f1b": [3, 2, 1]}, replay(leaky), capsys=capsys)
-    assert "the real run held [4, 2, 1] (rank 0: 4, not 3)" in out
+    leaky = runs | {"zero-bubble": runs["zero-bubble"] | {"measured_peak_activations": [4, 3, 3]}}
+    out = _fails(check_peak_prediction, RIGHT, replay(leaky), capsys=capsys)
+    assert "zero-bubble: you predicted [3, 3, 3]; rank 0 really held more than that" in out

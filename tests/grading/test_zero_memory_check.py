@@ -50,3 +50,29 @@ def test_the_stub_comes_through_as_not_implemented():
         raise NotImplementedError("exercise: write your answer here")
     with pytest.raises(NotImplementedError):
         check_zero_memory(stub)
+
+
+@pytest.mark.parametrize("lazy", [
+    lambda psi, n, stage: __import__("simlab.sim.memory", fromlist=["x"]).per_gpu_bytes(psi, n, stage,
+                                                                                         precision="mixed"),
+    lambda psi, n, stage: {k: v for k, v in __import__("simlab.sim.memory", fromlist=["x"]).per_gpu_bytes(
+        psi, n, stage, precision="mixed").items() if k != "cpu"},
+    lambda psi, n, stage: by_hand(psi, n, stage, shard=__import__("simlab.sim.memory", fromlist=["x"]).shard_numel),
+], ids=["per_gpu_bytes", "per_gpu_bytes-trimmed", "shard_numel"])
+def test_an_answer_that_calls_simlabs_own_model_is_refused(capsys, lazy):
+    """The exercise imports `per_gpu_bytes` (for section 3): handing the question to it is not an answer, however
+    it is wrapped, and neither is any other part of the model the check grades against."""
+    out = verdict(capsys, lazy)
+    assert "your function: it calls simlab's own model (memory." in out and "write the formulas" in out, out
+
+
+def test_the_model_itself_is_refused(capsys):
+    from simlab.sim.memory import per_gpu_bytes
+    assert "it calls simlab's own model (memory.per_gpu_bytes)" in verdict(capsys, per_gpu_bytes)
+
+
+def test_watching_for_the_model_leaves_no_profiler_behind():
+    import sys
+    before = sys.getprofile()
+    check_zero_memory(by_hand)
+    assert sys.getprofile() is before

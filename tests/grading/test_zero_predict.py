@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from simlab.grading.zero import LAYERS_70B, check_bytes_prediction, check_fit_70b
-from simlab.sim.memory import peak_per_gpu_bytes
+from simlab.grading.zero import HOST_BYTES, LAYERS_70B, check_bytes_prediction, check_fit_70b, fewest_gpus
+from simlab.sim.memory import peak_per_gpu_bytes, per_gpu_bytes
 
 SIZES = (3, 4, 2, 5)  # the exercise's MLP (not the lesson's): layers of 16, 10 and 15 parameters
 N = 3
@@ -30,9 +30,34 @@ def verdict(capsys, fn, *args):
 
 def test_the_smallest_fitting_answers_pass(capsys):
     check_fit_70b(3, 15)
-    check_fit_70b(3, 2, True)
+    check_fit_70b(3, 5, True)
     out = capsys.readouterr().out
-    assert out.count("✓") == 2 and "14 GPUs would need 83.2 GB" in out and "1 GPU would need" in out
+    assert out.count("✓") == 2 and "14 GPUs would need 83.2 GB" in out
+    assert "224.0 GB of host memory per GPU (of 250.0 GB); 4 GPUs would need 280.0 GB of host memory each" in out
+
+
+def test_the_host_is_a_dgx_h100s_share():
+    """2 TB for 8 GPUs; offload keeps an fp32 gradient shard and fp32 Adam (12 B) per own parameter there."""
+    assert HOST_BYTES == 2 * 10**12 // 8 == 250 * 10**9
+    psi = sum(LAYERS_70B)
+    for n in (2, 4, 5):
+        assert per_gpu_bytes(LAYERS_70B, n, 3, True, "mixed")["cpu"] == (4 + 12) * psi // n  # 875 M divides by n
+    assert [fewest_gpus(s, o) for s, o in [(0, False), (1, False), (2, False), (2, True), (3, False), (3, True)]] \
+        == [None, None, None, None, 15, 5]
+
+
+@pytest.mark.parametrize("n, host", [(2, "560.0 GB"), (3, "373.3 GB"), (4, "280.0 GB")])
+def test_offload_that_overflows_the_host_is_refused(capsys, n, host):
+    """The GPU holds only 16-bit parameter shards, so 2 GPUs fit it — but each GPU's share of the host would
+    have to keep 560 GB, more than a DGX H100 has for a GPU."""
+    assert peak_per_gpu_bytes(LAYERS_70B, n, 3, True) <= 80e9
+    out = verdict(capsys, check_fit_70b, 3, n, True)
+    assert "fits the GPU" in out and f"offload keeps {host} per GPU in host memory" in out
+    assert "more than the 250.0 GB each GPU has of a DGX H100's 2 TB" in out
+
+
+def test_more_offload_gpus_than_needed_is_not_minimal(capsys):
+    assert "not the fewest: 5 GPUs already fit" in verdict(capsys, check_fit_70b, 3, 6, True)
 
 
 def test_the_model_behind_the_answers():
@@ -57,7 +82,7 @@ def test_more_than_needed_is_not_minimal(capsys):
 
 
 @pytest.mark.parametrize("stage, offload, reason", [
-    (0, False, "full parameters, gradients and optimizer state (1120.0 GB)"),
+    (0, False, "with mixed-precision Adam, stage 0 keeps the full parameters, gradients and optimizer state (1120.0 GB)"),
     (1, False, "full 16-bit parameters and gradients (280.0 GB)"),
     (2, False, "full 16-bit parameters (140.0 GB)"),
     (2, True, "stage 2 still keeps the full 16-bit parameters (140.0 GB)"),
@@ -82,17 +107,21 @@ def test_the_right_prediction_passes(capsys):
 
 
 @pytest.mark.parametrize("predicted, reason", [
-    (RIGHT // 2, "only the gradients' reduce-scatter"),
+    (RIGHT // 2, "that counts one collective"),
     ((N - 1) * S * 2, "counts elements, not bytes"),
     ((N - 1) * S * 12, "ZeRO-3's 3Ψ"),
     (2 * 41 * 4 * (N - 1) // N, "the padding is missing"),
     (2 * 41 * 4, "(N-1)/N of the buffer"),
     ((N - 1) * WHOLE * 8, "the padding is per layer"),
-    (1000, "(N-1)·ΣS·8 bytes with ΣS = 15"),
+    (1000, "count it layer by layer"),
+    (RIGHT + 8, "count it layer by layer"),
 ])
-def test_each_slip_fails_with_its_reason(capsys, predicted, reason):
+def test_each_slip_fails_with_the_concept_it_misses_and_never_the_number(capsys, predicted, reason):
+    """Under nbval a failed cell shows its ✗ line: were the measured bytes (or ΣS, or the formula filled in) in
+    it, the exercise would grade only that the cell was run twice."""
     out = verdict(capsys, check_bytes_prediction, predicted, fake_run(), SIZES)
-    assert f"the real rank 1 sent {RIGHT} B" in out and reason in out
+    assert "not what rank 1 really sent" in out and reason in out, out
+    assert str(RIGHT) not in out.replace(f"predicted {predicted} B", "") and "ΣS = 15" not in out
 
 
 def test_padding_the_whole_model_instead_of_each_layer(capsys):
@@ -112,8 +141,9 @@ def test_a_prediction_must_be_a_number(capsys, predicted):
     assert "must be a number of bytes" in verdict(capsys, check_bytes_prediction, predicted, fake_run(), SIZES)
 
 
-def test_a_run_that_disagrees_with_the_model_is_refused(capsys):
-    assert "the real run: sent 440 B" in verdict(capsys, check_bytes_prediction, RIGHT, fake_run(440), SIZES)
+def test_a_run_that_disagrees_with_the_model_is_refused_without_the_models_number(capsys):
+    out = verdict(capsys, check_bytes_prediction, RIGHT, fake_run(440), SIZES)
+    assert "the real run: is not the one asked about" in out and str(RIGHT) not in out
 
 
 def test_graded_against_a_real_run(capsys):
@@ -122,7 +152,7 @@ def test_graded_against_a_real_run(capsys):
     assert real["bytes_sent_per_rank"] == [RIGHT] * N  # measured on the ranks' own events
     check_bytes_prediction(RIGHT, real, SIZES)
     assert "✓" in capsys.readouterr().out
-    assert f"the real rank 1 sent {RIGHT} B" in verdict(capsys, check_bytes_prediction, RIGHT // 2, real, SIZES)
+    assert "not what rank 1 really sent" in verdict(capsys, check_bytes_prediction, RIGHT // 2, real, SIZES)
 
 
 def _cells(path: str) -> dict:
@@ -133,12 +163,80 @@ def _cells(path: str) -> dict:
 
 
 def test_the_exercise_runs_these_sizes_and_the_lesson_never_prints_the_answer():
-    """The prediction must be worked out, not copied: the lesson's outputs (its real runs are another MLP)
-    never show the number, and the exercise asks about the sizes these tests grade."""
+    """The prediction must be worked out, not copied: neither the lesson's outputs (its real runs are another
+    MLP) nor the exercise's own cells before the real run show the number, in English or in Chinese, and the
+    exercise asks about the sizes these tests grade."""
     import re
     solution = _cells("solutions/03_zero.ipynb")
     assert f"sizes={SIZES}" in "".join(solution["l3-run"]["source"]).replace(" ", "").replace(",", ", ")
     assert f"of sizes {SIZES}" in "".join(solution["l3-predict-md"]["source"])
-    printed = " ".join("".join(o.get("text", "")) for c in _cells("notebooks/03_zero.ipynb").values()
-                       for o in c.get("outputs", []))
-    assert printed and str(RIGHT) not in re.findall(r"\d+", printed)
+    for lesson, exercise in [("notebooks/03_zero.ipynb", "solutions/03_zero.ipynb"),
+                             ("notebooks/zh/03_zero.ipynb", "solutions/zh/03_zero.ipynb")]:
+        ids = list(_cells(exercise))
+        before = [c for c in list(_cells(exercise).values())[:ids.index("l3-run")]]
+        shown = list(_cells(lesson).values()) + before
+        printed = " ".join("".join(o.get("text", "")) for c in shown for o in c.get("outputs", []))
+        text = " ".join("".join(c["source"]) for c in shown if c["cell_type"] == "markdown")
+        assert printed and str(RIGHT) not in re.findall(r"\d+", printed + " " + text), lesson
+
+
+def test_the_summary_states_what_the_grader_accepts():
+    """The exercise's summary names both answers; its numbers are the grader's, not typed from memory."""
+    import re
+    text = " ".join("".join(_cells("solutions/03_zero.ipynb")["l3-ex-summary"]["source"]).split())
+    gpu = re.search(r"only ZeRO-3 fits \((\d+) GPUs\), or ZeRO-3 with offload \((\d+) GPUs, ([\d.]+) GB of host "
+                    r"memory each of the (\d+) GB", text)
+    assert (int(gpu[1]), int(gpu[2])) == (fewest_gpus(3, False), fewest_gpus(3, True))
+    assert float(gpu[3]) * 1e9 == per_gpu_bytes(LAYERS_70B, int(gpu[2]), 3, True, "mixed")["cpu"]
+    assert int(gpu[4]) * 10**9 == HOST_BYTES
+    assert f"full 16-bit parameters ({2 * sum(LAYERS_70B) / 1e9:.0f} GB)" in text
+    assert text.count("With mixed-precision Adam, for a 70 B model") == 1  # issue 23, N8
+
+
+def test_the_exercise_states_the_host_the_grader_checks():
+    """2 TB for 8 GPUs is the 250 GB per GPU the grader allows offload; the solution prints the host bytes."""
+    text = " ".join("".join(_cells("solutions/03_zero.ipynb")["l3-fit-70b-md"]["source"]).split())
+    assert "8 GPUs share 2 TB of host memory: 250 GB of it per GPU" in text and HOST_BYTES == 2 * 10**12 // 8
+    printed = "".join("".join(o.get("text", "")) for o in _cells("solutions/03_zero.ipynb")["l3-fit-70b"]["outputs"])
+    assert "[280.0, 224.0]" in printed  # 4 GPUs overflow the host's 250 GB, 5 fit: the summary's 5 GPUs, 224 GB
+
+
+@pytest.mark.parametrize("path, cell_id, links", [
+    ("notebooks/03_zero.ipynb", "e1698bcf", ["../exercises/03_zero.ipynb", "04_pipeline_parallel.ipynb"]),
+    ("notebooks/zh/03_zero.ipynb", "e1698bcf", ["../../exercises/zh/03_zero.ipynb", "04_pipeline_parallel.ipynb"]),
+    ("solutions/03_zero.ipynb", "l3-ex-summary", ["../exercises/04_pipeline_parallel.ipynb",
+                                                  "../notebooks/04_pipeline_parallel.ipynb"]),
+    ("solutions/zh/03_zero.ipynb", "l3-ex-summary", ["../../exercises/zh/04_pipeline_parallel.ipynb",
+                                                     "../../notebooks/zh/04_pipeline_parallel.ipynb"]),
+    ("exercises/03_zero.ipynb", "l3-ex-summary", ["../exercises/04_pipeline_parallel.ipynb",
+                                                  "../notebooks/04_pipeline_parallel.ipynb"]),
+])
+def test_the_next_step_is_a_link_in_the_learners_language(path, cell_id, links):
+    """Issue 23, N15: "Next" is a relative markdown link, not a code-formatted path; the Chinese course links
+    the Chinese notebooks."""
+    import re
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    text = "".join(_cells(path)[cell_id]["source"])
+    assert re.findall(r"\]\(([^)]+)\)", text) == links
+    assert all((root / path).parent.joinpath(link).resolve().exists() for link in links)
+    assert re.search(r"\*\*(Next|下一课|下一个练习)[:：]\*\* \[", text), text
+
+
+def test_fits_are_said_with_mixed_precision_adam_in_both_languages():
+    """Issue 23, N8: "does not fit" holds for mixed-precision Adam's 16 bytes; an 8-bit optimizer changes K."""
+    for lesson, solution, words in [("notebooks/03_zero.ipynb", "solutions/03_zero.ipynb", "mixed-precision Adam"),
+                                    ("notebooks/zh/03_zero.ipynb", "solutions/zh/03_zero.ipynb", "混合精度 Adam")]:
+        memory = "".join(_cells(lesson)["6f2830f4"]["source"])
+        assert words in memory and "Adam8bit" in memory
+        summary = "".join(_cells(solution)["l3-ex-summary"]["source"])
+        assert words in summary and ("8-bit optimizer" in summary or "8 位优化器" in summary)
+
+
+def test_the_lesson_asks_for_predictions_before_the_cells_that_answer_them():
+    """Issue 23, §5: the walkthrough's peaks and the real ranks' bytes are predicted before they print."""
+    cells = _cells("notebooks/03_zero.ipynb")
+    ids = list(cells)
+    for prompt, answer in [("l3-peak-predict", "94997e7d"), ("ad2fc8db", "a7f1e862")]:
+        assert "**Predict, then run.**" in "".join(cells[prompt]["source"])
+        assert ids.index(answer) == ids.index(prompt) + 1

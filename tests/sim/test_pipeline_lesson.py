@@ -95,13 +95,41 @@ def test_the_zero_bubble_cell_states_the_times_it_simulates_with():
 
 
 def test_the_exercise_description_matches_the_grader():
-    from simlab.grading.pipeline import PREDICT_MICROBATCHES, PREDICT_STAGES
+    from simlab.grading.pipeline import PREDICT_CHUNKS, PREDICT_MICROBATCHES, PREDICT_STAGES
     text = " ".join(source(LESSON, "98571331").split())
-    assert f"p = {PREDICT_STAGES}, m = {PREDICT_MICROBATCHES} (a case this lesson does not print)" in text
+    assert (f"under interleaved 1F1B (v = {PREDICT_CHUNKS}) and under ZB-H1 for p = {PREDICT_STAGES}, "
+            f"m = {PREDICT_MICROBATCHES} (a case this lesson does not print)") in text
     prompt = " ".join(source(SOLUTION, "l4-predict-intro").split())
     assert f"p = {PREDICT_STAGES} stages on {PREDICT_STAGES} real processes, m = {PREDICT_MICROBATCHES}" in prompt
+    assert f"**v = {PREDICT_CHUNKS} chunks** per rank" in prompt
     # the check runs the asked case itself: the learner hands it the real runner, not results
     assert source(SOLUTION, "l4-predict-run").startswith("check_peak_prediction(peak, run_pipeline)")
+
+
+def test_the_exercise_is_the_learners_copy_and_the_solution_only_its_key():
+    """The lesson sends the learner to exercises/ (a link that resolves) and names solutions/ as the answer key."""
+    text = source(LESSON, "98571331")
+    first = text.split("\n- ")[1]
+    assert first.startswith("[`exercises/04_pipeline_parallel.ipynb`](../exercises/04_pipeline_parallel.ipynb)")
+    assert (LESSON.parent / "../exercises/04_pipeline_parallel.ipynb").resolve().exists()
+    assert first.index("exercises/") < first.index("solutions/") and "answer key" in first
+
+
+def test_the_lesson_asks_for_a_prediction_before_it_runs():
+    """Issue 23, §5: predict prompts in the lesson, each just before the cell whose output answers it."""
+    ids = list(cells(LESSON))
+    for prompt, answer in [("ee2aea7c", "7e2add31"), ("e789fb0a", "a85a6751"), ("a5d4ca84", "l4-primer-real"),
+                           ("l4-four-stages", "07c644e4")]:
+        assert "predict" in source(LESSON, prompt).lower() and ids.index(answer) == ids.index(prompt) + 1
+
+
+def test_the_sections_are_numbered_once():
+    headings = [re.match(r"## (\d+)\.", line) for c in cells(LESSON).values() if c["cell_type"] == "markdown"
+                for line in source(LESSON, c["id"]).splitlines()]
+    numbers = [int(h[1]) for h in headings if h]
+    assert numbers == list(range(1, len(numbers) + 1))
+    assert "(lesson 4, section 11)" in source(SOLUTION, "l4-repair-torch-md")
+    assert "## 11. Your schedule in torch's own runtime" in source(LESSON, "l4-torch-csv-md")
 
 
 def test_the_interleaved_rule_is_torchs():
@@ -135,9 +163,9 @@ def test_the_real_runs_print_the_simulators_peaks():
     assert "naive 8 layers on 2 processes (4 + 4), m=1: loss and grads = one process ✓ | trace = simulated ✓" in primer
     held = [json.loads(x) for x in re.findall(r"activations held per rank (\[[\d, ]+\])", primer)]
     assert held == [peak_activations(make_schedule("naive", 2)), peak_activations(make_schedule("gpipe", 2, 4))]
-    stated = json.loads(re.search(r"peaks, (\[[\d, ]+\])", source(LESSON, "l4-four-stages"))[1])
-    assert stated == peak_activations(make_schedule("1f1b", 4, 8))
-    assert f"measured {stated} simulated {stated}" in printed(LESSON, "07c644e4")
+    peaks = peak_activations(make_schedule("1f1b", 4, 8))
+    assert f"measured {peaks} simulated {peaks}" in printed(LESSON, "07c644e4")
+    assert "[" not in source(LESSON, "l4-four-stages")  # the prompt asks for them; the cell prints them
 
 
 def test_measured_timings_are_never_compared_text():
@@ -150,13 +178,14 @@ def test_measured_timings_are_never_compared_text():
 
 
 @pytest.mark.parametrize("path", [LESSON, SOLUTION])
-def test_each_notebook_ends_with_a_summary_and_the_next_lesson(path):
+def test_each_notebook_ends_with_a_summary_and_a_link_to_the_next_lesson(path):
     last = source(path, "l4-summary")
     assert last.startswith("## Summary\n") and list(cells(path))[-1] == "l4-summary"
     bullets = [line for line in last.splitlines() if line.startswith("- ")]
     assert 3 <= len(bullets) <= 6
-    nxt = re.search(r"Next: `([^`]+)`", last)[1]
-    assert nxt == "notebooks/05_tensor_parallel.ipynb" and (ROOT / nxt).exists()
+    shown, target = re.search(r"\*\*Next:\*\* \[`([^`]+)`\]\(([^)]+)\)", last).groups()
+    assert shown == "notebooks/05_tensor_parallel.ipynb"
+    assert (path.parent / target).resolve() == ROOT / shown  # a relative link, from where the notebook lies
 
 
 def test_the_exercise_shows_no_answer_before_it_runs():
@@ -166,4 +195,14 @@ def test_the_exercise_shows_no_answer_before_it_runs():
     shown = "".join(printed(exercise, cid) for cid, cell in cells(exercise).items() if cell["cell_type"] == "code")
     assert "✓" not in shown
     assert format_grid(one_f_one_b(4, 8)) not in shown and "0F0 0F1 0F2 0F3 0B0" not in shown
-    assert "[3, 2, 1]" not in shown and "[6, 6, 6]" not in shown
+    from simlab.grading.pipeline import PREDICT_CHUNKS as V
+    from simlab.grading.pipeline import PREDICT_MICROBATCHES as M
+    from simlab.grading.pipeline import PREDICT_STAGES as P
+    answers = [str(peak_activations(make_schedule("interleaved", P, M, V))),
+               str(peak_activations(make_schedule("zero-bubble", P, M)))]
+    assert all(a not in shown for a in answers)
+    # and what the learner's own earlier cells print, once answered (the solution's outputs), does not show them
+    ids = list(cells(SOLUTION))
+    before = "".join(printed(SOLUTION, cid) for cid in ids[:ids.index("l4-predict-run")]
+                     if cells(SOLUTION)[cid]["cell_type"] == "code")
+    assert before and all(a not in before for a in answers)
