@@ -1,7 +1,27 @@
-"""Shared test helpers."""
+"""Shared test helpers. The session's rule that no test reads or writes the user's own calibration cache lives
+in the repository's root conftest.py (it sets $SIMLAB_CALIBRATION to a temporary folder, for notebook-only runs
+too); here each test under tests/ also gets a fresh path of its own (`fresh_calibration`), so a calibration one
+test or notebook saved never changes what a later one predicts.
+"""
+import itertools
 import multiprocessing
+import os
 
 import pytest
+
+_CALIBRATION_DIR = os.path.dirname(os.environ["SIMLAB_CALIBRATION"])  # the root conftest's folder
+
+
+_tests = itertools.count()
+
+
+@pytest.fixture(autouse=True)
+def fresh_calibration(monkeypatch):
+    """Every test starts with no calibration, at a path of its own that nothing has made yet (a test may still
+    set its own; saving creates the folder)."""
+    path = os.path.join(_CALIBRATION_DIR, f"test{next(_tests)}", "calibration.json")
+    monkeypatch.setenv("SIMLAB_CALIBRATION", path)
+    return path
 
 
 @pytest.fixture

@@ -166,6 +166,7 @@ def test_no_command_line_gets_a_traceback_a_hang_or_loose_json(stubbed, argv):
     (["run", "hybrid", "--dp", "2", "--hidden", "100000", "--heads", "2"], "--hidden"),
     (["run", "dp", "--backend", "nccl"], "--backend"), (["run", "zero1", "--backend", "mpi"], "--backend"),
     (["calibrate", "--timeout", "-1"], "--timeout"), (["calibrate", "--repeats", "0"], "--repeats"),
+    (["calibrate", "--world-size", "100000"], "--world-size"),  # passed every check, behind a stubbed launcher
 ])
 def test_known_bad_inputs_never_start_work(stubbed, argv, flag):
     code, out, err = run_cli(argv)

@@ -13,7 +13,8 @@ One module per lesson (`simlab.cli.collectives`, `.data_parallel`, `.zero`, `.pi
 `.tensor_parallel`, `.hybrid`), and lesson 6's `.hybrid_calibrate` (`simlab calibrate`), each with
 `add_commands(sub, run)` and `cmd_*(args) -> dict`. Every subcommand
 takes --json (strict JSON); bad arguments get one line naming the flag, before any process starts; a
-failing run is one line too (--verbose shows the traceback).
+failing run is one line too (--verbose shows the traceback). Under torchrun only rank 0 prints; torchrun's
+variables half set, or contradicting each other, are refused before a run (`before_work`).
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ import sys
 import traceback
 
 from . import collectives, data_parallel, hybrid, hybrid_calibrate, pipeline, tensor_parallel, zero
-from .common import OneLineParser, as_flags, is_printing_rank, summary, write_trace
+from .common import OneLineParser, as_flags, is_printing_rank, summary, torchrun_worker, write_trace
 
 # the command modules, in help order: lessons 1-6, then lesson 6's `simlab calibrate`
 LESSONS = (collectives, data_parallel, zero, pipeline, tensor_parallel, hybrid, hybrid_calibrate)
@@ -48,11 +49,25 @@ def _flags(message: str, args) -> str:
     return as_flags(message, args.parser, getattr(args, "renames", None))
 
 
+def before_work(args) -> None:
+    """What a command checks before its own checks, because a mistake here costs a whole run. A command that
+    starts processes (`run`, `calibrate`) refuses stray or inconsistent torchrun variables (`torchrun_worker`);
+    `run hybrid` reads this machine's calibration now (its prediction uses it under gloo, after the run), so
+    a broken cache is refused in one line before the run rather than failing it at the end."""
+    if args.command not in ("run", "calibrate"):
+        return  # plan, memory, schedule, collective, split: the same answer on any rank, RANK or not
+    torchrun_worker()
+    if args.command == "run" and args.target == "hybrid" and args.backend != "nccl":
+        from ..sim.hardware import load_calibration
+        load_calibration()
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     where = f"simlab {args.command}" + (f" {args.target}" if args.command == "run" else "")
     try:
+        before_work(args)
         out = args.func(args)
         if is_printing_rank():
             out = write_trace(out, getattr(args, "trace", None))

@@ -56,13 +56,17 @@ def check_run_flags(args) -> None:
 
 
 def check_writable(flag: str, path: str) -> None:
-    """Refuse, before any work, a file the run could not write at its end."""
+    """Refuse, before any work, a file the run could not write at its end — or should not: a symbolic link
+    (written through, it would change the file it points to; `sim.shared_files.check_target`), a folder, a
+    device such as /dev/null (the atomic write renames over what is there: it would replace the device)."""
+    from ..sim.shared_files import check_target
     folder = os.path.dirname(os.path.abspath(path))
-    if not path or os.path.isdir(path):
+    if not path:
         raise ValueError(f"{flag}={path!r}: must name a file, e.g. {flag}=run.json")
+    check_target(path, flag)
     if not os.path.isdir(folder):
         raise ValueError(f"{flag}={path!r}: folder {folder} does not exist")
-    if not os.access(folder, os.W_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+    if not os.access(folder, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise ValueError(f"{flag}={path!r}: not writable")
 
 
@@ -91,15 +95,52 @@ def check_memory(flags: str, nbytes: float, what: str) -> None:
                          f"{free / 1e9:.3g} GB this machine has free; choose smaller sizes")
 
 
-def torchrun_world_size(default: int) -> int:
-    """$WORLD_SIZE (set by torchrun), else `default`; a value that is not a whole number is named as such."""
-    text = os.environ.get("WORLD_SIZE")
-    if text is None:
-        return default
+# What every torchrun worker has (torch 2.13 sets them in elastic/agent/server/local_elastic_agent.py, along with
+# LOCAL_WORLD_SIZE, GROUP_RANK and TORCHELASTIC_*); other env:// launchers (DeepSpeed's, accelerate) set the same five
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+WHO_AM_I = ("RANK", "WORLD_SIZE", "LOCAL_RANK")  # a process's own identity; MASTER_* alone is a job script's export
+
+
+def torchrun_worker() -> dict | None:
+    """{"rank", "world_size", "local_rank"} when this process is a worker that torchrun (or another env://
+    launcher) started; None when none of RANK, WORLD_SIZE, LOCAL_RANK is set. Anything between — some of
+    torchrun's variables, or values that contradict each other — is refused in one line naming them: a stray
+    RANK once silenced every command, and a RANK ≥ WORLD_SIZE waited a minute for peers that never come.
+    MASTER_ADDR and MASTER_PORT alone are ignored: a job script exports them for the torchrun it will start."""
+    env = os.environ
+    if not any(k in env for k in WHO_AM_I):
+        return None
+    numbers = {}
+    for key in WHO_AM_I:
+        if key in env:
+            try:
+                numbers[key] = int(env[key])
+            except ValueError:
+                what = "a whole number of processes" if key == "WORLD_SIZE" else "a whole number"
+                raise ValueError(f"{key}={env[key]!r} (environment): must be {what}") from None
+    shown = ", ".join(f"{k}={env[k]}" for k in TORCHRUN_VARS if k in env)
+    missing = [k for k in TORCHRUN_VARS if k not in env]
+    if missing:
+        raise ValueError(f"{shown} (environment) without {', '.join(missing)}: not a torchrun worker; unset "
+                         f"{', '.join(k for k in TORCHRUN_VARS if k in env)}, or start simlab with torchrun")
+    rank, size, local = numbers["RANK"], numbers["WORLD_SIZE"], numbers["LOCAL_RANK"]
     try:
-        return int(text)
+        port = int(env["MASTER_PORT"])
     except ValueError:
-        raise ValueError(f"WORLD_SIZE={text!r} (environment): must be a whole number of processes") from None
+        port = 0
+    problem = ("WORLD_SIZE must be at least 1" if size < 1 else "RANK must be between 0 and WORLD_SIZE - 1"
+               if not 0 <= rank < size else "LOCAL_RANK must be between 0 and RANK" if not 0 <= local <= rank
+               else "MASTER_ADDR must name the rendezvous host" if not env["MASTER_ADDR"].strip()
+               else "MASTER_PORT must be a port, 1 to 65535" if not 0 < port < 65536 else None)
+    if problem:
+        raise ValueError(f"{shown} (environment): {problem}; these are torchrun's, set for each worker it starts")
+    return {"rank": rank, "world_size": size, "local_rank": local}
+
+
+def torchrun_world_size(default: int) -> int:
+    """torchrun's WORLD_SIZE when this process is its worker (`torchrun_worker`), else `default`."""
+    worker = torchrun_worker()
+    return default if worker is None else worker["world_size"]
 
 
 def check_training_flags(args) -> None:
@@ -113,8 +154,15 @@ def check_training_flags(args) -> None:
 
 
 def is_printing_rank() -> bool:
-    """Under torchrun every rank runs this CLI; only rank 0 prints."""
-    return os.environ.get("RANK", "0") == "0"
+    """Under torchrun every rank runs this CLI; only rank 0 prints. Any other process prints — one with stray
+    or inconsistent torchrun variables too: a command that launches refuses those first (`main`), and one that
+    does not (plan, memory, schedule, collective, split) computes the same answer wherever it runs, so the
+    variables cannot change what it says and must not silence it."""
+    try:
+        worker = torchrun_worker()
+    except ValueError:
+        return True
+    return worker is None or worker["rank"] == 0
 
 
 class RunOutput(dict):
@@ -139,11 +187,12 @@ def run_output(head: dict, res: dict, *extra: str) -> dict:
 
 
 def write_trace(out: dict, path: str | None) -> dict:
-    """`--trace FILE`: the run's trace as Chrome-trace JSON; the printed result names the file."""
+    """`--trace FILE`: the run's trace as Chrome-trace JSON; the printed result names the file. Written all at
+    once (`sim.shared_files.write_atomically`): two runs given the same FILE leave one whole trace, never a mix."""
+    from ..sim.shared_files import write_atomically
     if path is None or getattr(out, "trace", None) is None:
         return out
-    with open(path, "w") as f:
-        f.write(out.trace.to_chrome())
+    write_atomically(path, out.trace.to_chrome(), "--trace")
     return out | {"trace_file": path}
 
 

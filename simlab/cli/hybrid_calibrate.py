@@ -11,21 +11,28 @@ import os
 import sys
 
 from .. import _checks
-from .common import add_json, is_printing_rank, torchrun_world_size
+from .common import MAX_PROCESSES, add_json, check_memory, is_printing_rank, torchrun_world_size
 
 
 def cmd_calibrate(args) -> dict:
-    """`simlab calibrate`: measure (`exec.hybrid_calibrate.measure`), save (`sim.hardware.save_calibration`)."""
-    from ..exec.hybrid_calibrate import measure
+    """`simlab calibrate`: measure (`exec.hybrid_calibrate.measure`), save (`sim.hardware.save_calibration`).
+    Every refusal comes first, as for every `run`: the world size (at most `MAX_PROCESSES` on one machine), the
+    memory the measuring processes need, and a cache the result could not be saved to."""
+    from ..exec.hybrid_calibrate import host_bytes_per_rank, measure
     from ..exec.launch import resolve_backend
     from ..sim.hardware import save_calibration
 
     if args.world_size is None:  # under torchrun, its world size
         args.world_size = torchrun_world_size(default=4)
-    _checks.check_int("world_size", args.world_size, 2)
+    _checks.check_int("world_size", args.world_size, 2, MAX_PROCESSES)
     _checks.check_int("repeats", args.repeats, 1, 1000)  # each is a 0.1 s window per op: 1000 is minutes
     _checks.check_positive("timeout", args.timeout)
     backend = resolve_backend(args.backend, args.world_size)
+    if backend == "gloo":  # under NCCL the tensors live on each rank's own GPU
+        check_memory(f"--world-size={args.world_size}", args.world_size * host_bytes_per_rank(),
+                     f"{args.world_size} measuring processes")
+    if is_printing_rank():  # the rank that saves
+        check_cache_writable()
     cpus = os.cpu_count() or 1
     if backend == "gloo" and args.world_size > cpus and is_printing_rank():
         print(f"simlab calibrate: warning: --world-size={args.world_size} processes share {cpus} cores: each "
@@ -36,6 +43,19 @@ def cmd_calibrate(args) -> dict:
     if not args.json and is_printing_rank():
         show(out)
     return out
+
+
+def check_cache_writable() -> None:
+    """Refuse, before minutes of measuring, a cache path the result could not be saved to: a symbolic link, a
+    folder, a folder without write permission. A cache that is there but broken is no reason: saving mends it."""
+    from ..sim.hardware import calibration_path
+    from ..sim.shared_files import check_target
+    path = calibration_path()
+    what = "SIMLAB_CALIBRATION" if os.environ.get("SIMLAB_CALIBRATION") else "calibration"
+    check_target(path, what)
+    folder = next(p for p in path.absolute().parents if p.exists())  # the first that exists: mkdir starts there
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise ValueError(f"{what}={str(path)!r}: cannot write in {folder}")
 
 
 def show(out: dict) -> None:

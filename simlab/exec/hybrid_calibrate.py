@@ -38,6 +38,16 @@ RING_BYTES = tuple(4096 * 4 ** k for k in range(7))  # 4 KiB … 16 MiB, per all
 RING_CALLS = 4  # all-reduces per timed sample
 CHAIN = 16  # multiplies in the tiny autograd graph that measures the per-operation overhead
 MIN_ELEMENTWISE = 1 << 22  # floats per element-wise operand: at least 16 MiB (and twice the L3 cache)
+PROCESS_BYTES = 64 << 20  # a worker's own memory beside its tensors (Python, torch, gloo): ~60 MiB measured
+
+
+def host_bytes_per_rank() -> float:
+    """Host memory one measuring process holds at its peak on the CPU: the three element-wise operands, the
+    largest ring buffer twice (the buffer and what the ring receives into), the largest matmul's three
+    matrices, and the process itself. On a 2-core machine (16 MiB L3): 216 MB estimated, 185 MB measured (Pss)."""
+    tokens, h = max(MATMUL_SHAPES, key=lambda s: s[0] * s[1])
+    matmul = 4 * (tokens * h + h * 4 * h + tokens * 4 * h)
+    return float(3 * 4 * _elementwise_numel(torch.device("cpu")) + 2 * max(RING_BYTES) + matmul + PROCESS_BYTES)
 
 
 def measure(world_size: int, backend: str = "gloo", repeats: int = 5, timeout: float = 300.0,

@@ -12,7 +12,8 @@ The network reaches 95 % of its line rate: 192 GB/s all-reduce bus bandwidth ove
 
 "cpu-this-machine" is this computer, measured by `simlab calibrate --world-size N` (`simlab.exec.hybrid_calibrate`):
 N processes at once, each a "GPU" of one process's share of the cores. The measurements live in a JSON file
-(`calibration_path()`: $SIMLAB_CALIBRATION, else ~/.cache/simlab/calibration.json), one entry per world size;
+(`calibration_path()`: $SIMLAB_CALIBRATION, else ~/.cache/simlab/calibration.json), one entry per world size,
+kept by `simlab.sim.calibration_cache` (checked on load as on save, written under a lock, atomically);
 `calibrated_gpu(N)` builds the GPU from it and `cluster("cpu-this-machine", gpus=N)` uses it (one node) when the
 file exists. Small layers on a CPU pay a fixed cost per operation (`GPU.op_overhead`) that big layers on a GPU never
 notice.
@@ -23,12 +24,17 @@ notice.
 """
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from .._checks import check_choice, check_int, check_positive
+from .calibration_cache import (  # noqa: F401 — re-exported: hardware's names for this machine's calibration
+    CALIBRATED,
+    MEASURED,
+    calibrated_gpu,
+    calibration_path,
+    load_calibration,
+    save_calibration,
+)
 from .gpus import GB, GPU, GPUS
 
 MAX_GPUS = 1 << 20  # 1,048,576: ten times the largest clusters trained on; the advisor's search stays < 1 s
@@ -77,85 +83,7 @@ def cluster(gpu: str = "a100-80gb", gpus: int = 8, gpus_per_node: int | None = N
     if gpu == CALIBRATED:
         check_int("gpus", gpus, 1, MAX_GPUS)
         gpus_per_node = gpus if gpus_per_node is None else gpus_per_node
-        chip = calibrated_gpu(gpus) if load_calibration() else chip
+        data = load_calibration()  # read and checked once, here, before any search or run uses it
+        chip = calibrated_gpu(gpus, data=data) if data else chip
     gpus_per_node = 8 if gpus_per_node is None else gpus_per_node
     return Cluster(chip, gpus, min(gpus_per_node, gpus), inter_node_gbps, **fields)
-
-
-# ---------------------------------------------------------------- this machine, as `simlab calibrate` measured it
-
-CALIBRATED = "cpu-this-machine"
-MEASURED = ("matmul_flops", "elementwise_bandwidth", "op_overhead", "ring_alpha", "ring_bandwidth")  # what we read
-
-
-def calibration_path() -> Path:
-    """$SIMLAB_CALIBRATION if set, else ~/.cache/simlab/calibration.json."""
-    env = os.environ.get("SIMLAB_CALIBRATION")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "simlab" / "calibration.json"
-
-
-def load_calibration(path=None) -> dict:
-    """{world size (str): measured fields} from the file; {} when there is none."""
-    path = Path(path) if path is not None else calibration_path()
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise ValueError(f"calibration={str(path)!r}: unreadable ({err}); run `simlab calibrate` again") from None
-    if not isinstance(data, dict) or not all(k.isdigit() and isinstance(v, dict) for k, v in data.items()):
-        raise ValueError(f"calibration={str(path)!r}: not a {{world size: fields}} object; "
-                         f"run `simlab calibrate` again")
-    return data
-
-
-def save_calibration(world_size: int, fields: dict, path=None) -> Path:
-    """Merge `fields` (at least `MEASURED`, positive numbers; `ring_alpha` may be 0; `device_memory`, bytes,
-    under NCCL) into the file under str(world_size), creating its directory; returns the path."""
-    check_int("world_size", world_size, 1)
-    for key in MEASURED:
-        value = fields.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < float("inf") or (
-                value == 0 and key != "ring_alpha"):
-            raise ValueError(f"{key}={value!r}: must be a positive finite number (a field of the calibration)")
-    path = Path(path) if path is not None else calibration_path()
-    data = load_calibration(path)
-    data[str(world_size)] = dict(fields)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n", encoding="utf-8")
-    os.replace(tmp, path)  # readers see the old file or the new one, never half of one
-    return path
-
-
-def calibrated_gpu(world_size: int, path=None) -> GPU:
-    """This machine as one of `world_size` processes: the measurement for that world size, or the nearest
-    measured one (a larger on a tie: more sharing, more cautious), as `.source` says.
-
-        >>> import tempfile
-        >>> p = Path(tempfile.mkdtemp(), "calibration.json")
-        >>> _ = save_calibration(4, {"matmul_flops": 4e10, "elementwise_bandwidth": 6e9, "op_overhead": 6e-6,
-        ...                          "ring_alpha": 1e-3, "ring_bandwidth": 1e9}, path=p)
-        >>> g = calibrated_gpu(2, path=p)
-        >>> g.matmul_flops, g.intra_alpha, g.op_overhead, g.source.split(";")[0]
-        (40000000000.0, 0.001, 6e-06, 'measured with 4 processes, the nearest to 2')
-    """
-    check_int("world_size", world_size, 1)
-    path = Path(path) if path is not None else calibration_path()
-    data = load_calibration(path)
-    if not data:
-        raise ValueError(f"world_size={world_size}: this machine is not calibrated (no {path}); "
-                         f"run `simlab calibrate --world-size {world_size}` first")
-    near = min((int(k) for k in data), key=lambda n: (abs(n - world_size), -n))
-    m = data[str(near)]
-    missing = [key for key in MEASURED if key not in m]
-    if missing:
-        raise ValueError(f"calibration={str(path)!r}: world size {near} lacks {', '.join(missing)}; "
-                         f"run `simlab calibrate --world-size {near}` again")
-    how = (f"measured with {near} processes" + ("" if near == world_size else f", the nearest to {world_size}")
-           + f"; {m.get('backend', '?')}, {m.get('date', '?')}, {path}")
-    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")  # a CPU "GPU": its share of the RAM
-    memory = float(m.get("device_memory") or ram / world_size)  # under NCCL: the GPU's own memory
-    return GPU(CALIBRATED, memory, float(m["matmul_flops"]), 1.0, float(m["elementwise_bandwidth"]),
-               float(m["ring_bandwidth"]), float(m["ring_alpha"]), float(m["elementwise_bandwidth"]), how,
-               op_overhead=float(m["op_overhead"]), gemm_latency=0.0, roofline=False)

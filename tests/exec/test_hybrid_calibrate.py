@@ -46,8 +46,8 @@ def test_cli_saves_and_prints_strict_json(tmp_path, monkeypatch, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["calibrate", "--world-size", "0"], "--world-size=0: must be >= 2"),
-    (["calibrate", "--world-size", "1"], "--world-size=1: must be >= 2"),
+    (["calibrate", "--world-size", "0"], "--world-size=0: must be between 2 and 64"),
+    (["calibrate", "--world-size", "1"], "--world-size=1: must be between 2 and 64"),
     (["calibrate", "--backend", "mpi"], "--backend='mpi': must be one of auto, gloo, nccl"),
     (["calibrate", "--repeats", "0"], "--repeats=0: must be between 1 and 1000"),
     (["calibrate", "--timeout", "0"], "--timeout=0.0: must be a positive number"),
