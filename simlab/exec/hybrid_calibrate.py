@@ -9,7 +9,8 @@ the cores, exactly as a real 3-D run will) and each one measures, while all are 
   - per-operation overhead: seconds per aten call of a tiny autograd forward + backward (a chain of
     multiplies on 4 numbers, counted with a `TorchDispatchMode`): Python, dispatch, autograd, launch — the
     fixed cost `hybrid_time` charges per operation it counts in a layer (`hybrid_layer.OPS_LAYER`);
-  - α (seconds per ring step) and β (bytes/s) of OUR ring all-reduce (`exec.collectives.ring_all_reduce`),
+  - α (seconds per ring step) and β (seconds per byte; 1/β is the bandwidth, as in lesson 1) of OUR ring
+    all-reduce (`exec.collectives.ring_all_reduce`),
     fitted over a sweep of sizes by lesson 1's least squares (`simlab.sim.cost.fit_alpha_beta`).
 Compute rates are time-boxed: every rank repeats its op for `window` seconds, all ranks in the same window
 (after a barrier), so oversubscribed cores show up as the lower rate the real run will get — timing one
@@ -52,7 +53,7 @@ def host_bytes_per_rank() -> float:
 
 def measure(world_size: int, backend: str = "gloo", repeats: int = 5, timeout: float = 300.0,
             window: float = 0.1) -> dict:
-    """Measure matmul FLOP/s, element-wise bytes/s, op overhead (s) and the ring's α (s), β (bytes/s) per
+    """Measure matmul FLOP/s, element-wise bytes/s, op overhead (s) and the ring's α (s) and bandwidth 1/β (bytes/s) per
     process while `world_size` processes run at once. Medians: over repeats, shapes or ops, then ranks.
 
     Keys: matmul_flops, elementwise_bandwidth, op_overhead, ring_alpha, ring_bandwidth (what

@@ -1,6 +1,8 @@
 """Lesson 6's advisor, as text: `sim.advisor.search`'s fastest plans as a fixed-width table (what nbval
 compares), why the best one wins, where it only ties within the model's error and what would decide, the
-notes, and what was rejected.
+notes, and what was rejected; then the guide's qualifiers (`sim.hybrid_scenarios`): NVLink or PCIe
+(`link_text`), the network sweep (`sweep_text`), ZeRO-1 for memory (`zero1_text`), HSDP (`hsdp_text`) and
+how much ZeRO-3 gathers at once (`gather_text`).
 
     >>> from simlab.sim.advisor import search
     >>> from simlab.sim.hardware import cluster
@@ -11,7 +13,8 @@ notes, and what was rejected.
 from __future__ import annotations
 
 from ..i18n import _
-from ..sim.advisor_explain import tie_line
+from ..sim.advisor_explain import MODEL_ERROR, tie_line
+from ..sim.hybrid_scenarios import flip
 from .style import rows_table
 from .zero import GB
 
@@ -75,3 +78,81 @@ def published_runs_text(rows: list[dict], summary: dict) -> str:
         "published peak memory within 10 % for {memory_within_10} of {memory}").format(
         **{**s, "median": f"{s['median']:.1%}", "mean": f"{s['mean']:+.1%}", "worst_error": f"{s['worst_error']:+.1%}",
            "lean": lean})
+
+
+def _vs(plan: dict | None) -> str:
+    """A rival's cell: its step time as a multiple of the best's, and its family ("—": none fits)."""
+    return "—" if plan is None else f"{plan['ratio']:.2f}× {plan['family']}"
+
+
+def _tie_rule() -> str:
+    return _("each answer: its fastest plan, its step time as a multiple of the best's; a tie within the model's "
+             "error is ≤ {limit:.2f}×").format(limit=1 + MODEL_ERROR)
+
+
+def link_text(rows: list[dict]) -> str:
+    """`sim.hybrid_scenarios.link_comparison`: per link inside a node, the best plan and the guide's three answers."""
+    table = rows_table([{_("link inside a node"): r["link"], _("bus GB/s"): f"{r['intra_bandwidth'] / GB:.0f}",
+                         _("best plan"): r["best"]["family"], _("s/step"): f"{r['best']['step_seconds']:.3g}",
+                         **{name: _vs(r[name]) for name in ("PP", "ZeRO", "TP")}} for r in rows])
+    return table + "\n" + _tie_rule()
+
+
+def _where(gbps: list, rows: list[dict]) -> str:
+    """Networks as a list of Gbit/s per node, or every one of the sweep, or none of it."""
+    if len(gbps) == len(rows):
+        return _("every network of this sweep")
+    if not gbps:
+        return _("no network of this sweep")
+    return _("{speeds} Gbit/s per node").format(speeds=", ".join(f"{g:g}" for g in gbps))
+
+
+def sweep_text(rows: list[dict], names=("ZeRO-3", "DP+TP+PP+ZeRO-1")) -> str:
+    """`sim.hybrid_scenarios.network_sweep`: per network, the best plan and each named answer's fastest plan;
+    then where each answer first ties with the best and first is the best (`flip`)."""
+    table = rows_table([{_("network, Gbit/s per node"): f"{r['gbps']:g}", _("best plan"): r["best"]["family"],
+                         _("s/step"): f"{r['best']['step_seconds']:.3g}",
+                         **{_("fastest {name}").format(name=n): _vs(r[n]) for n in names}} for r in rows])
+    lines = [table, _tie_rule()]
+    for n in names:
+        f = flip(rows, n)
+        lines.append(_("{name}: within the model's error of the best at {tie}; the best at {wins}").format(
+            name=n, tie=_where(f["tie"], rows), wins=_where(f["wins"], rows)))
+    return "\n".join(lines)
+
+
+def zero1_text(r: dict) -> str:
+    """`sim.hybrid_scenarios.zero1_for_memory`: ZeRO-1 and plain DP on the same grid, memory and time."""
+    c = r["zero1"]["config"]
+    rows = [{_("plan"): name, _("GB per GPU"): f"{p['bytes_per_gpu']['total'] / GB:.2f}",
+             _("s/step"): f"{p['step_seconds']:.4g}"} for name, p in (("ZeRO-1", r["zero1"]), (_("plain DP"), r["plain"]))]
+    saved = (r["plain"]["bytes_per_gpu"]["total"] - r["zero1"]["bytes_per_gpu"]["total"]) / GB
+    fit = (_("both fit in {usable:.0f} GB usable") if r["plain"]["fits"] else _("plain DP does not fit in {usable:.0f} "
+           "GB usable")).format(usable=r["zero1"]["usable_bytes_per_gpu"] / GB)
+    return "\n".join([
+        _("the best plan and the same plan with plain DP: tp {tp} × pp {pp} × dp {dp}, micro-batch {b}").format(
+            tp=c["tp"], pp=c["pp"], dp=c["dp"], b=c["microbatch"]),
+        rows_table(rows),
+        _("ZeRO-1 takes {ratio:.2f}× plain DP's step time and frees {saved:.2f} GB per GPU ({fit})").format(
+            ratio=r["time_ratio"], saved=saved, fit=fit)])
+
+
+def hsdp_text(rows: list[dict]) -> str:
+    """`sim.hybrid_scenarios.hsdp_comparison`: ZeRO-3 over every GPU against ZeRO-3 in a node, replicated."""
+    def cell(p):
+        return "—" if p is None else _("{ratio:.2f}×, {gb:.1f} GB/GPU").format(
+            ratio=p["ratio"], gb=p["bytes_per_gpu"]["total"] / GB) + (
+            _(", shards over {n}").format(n=p["config"]["shard"]) if p["config"]["shard"] else "")
+    return rows_table([{_("network, Gbit/s per node"): f"{r['gbps']:g}", _("best plan"): r["best"]["family"],
+                        _("ZeRO-3 over every GPU"): cell(r["ZeRO-3"]),
+                        _("ZeRO-3 in a node, replicated (HSDP)"): cell(r["ZeRO-3 (HSDP)"])} for r in rows])
+
+
+def gather_text(rows: list[dict]) -> str:
+    """`sim.hybrid_scenarios.gather_units`: ZeRO-3 alone, by how much it gathers at once."""
+    names = {"layer": _("a whole layer"), "matrix": _("the layer's largest weight matrix"),
+             "advisor": _("the advisor's count (at most 1e9)")}
+    return rows_table([{_("ZeRO-3 gathers at once"): names[r["unit"]], _("parameters"): f"{r['params']:,}",
+                        _("fewest GB per GPU"): f"{r['bytes_per_gpu'] / GB:.1f}",
+                        _("fits in {usable:.0f} GB usable").format(usable=r["usable"] / GB): _("yes") if r["fits"]
+                        else _("no")} for r in rows])

@@ -182,6 +182,12 @@ def _settings(precision: str, attention: str, overlap: str, bucket=()) -> None:
     check_bucket(tuple(bucket) if isinstance(bucket, list) else bucket)
 
 
+def _ranked(k: Knobs, mem: dict, time: dict, fits) -> list[int]:
+    """The plans that fit, fastest first (ties: less memory, then fewer moving parts)."""
+    return [i for i in np.lexsort((k.schedule + k.recompute + k.zero + k.sp + (k.shard < k.dp), mem["total"],
+                                   time["step_seconds"])) if fits[i]]
+
+
 def search(model: Transformer, c: Cluster, global_batch: int, precision: str = "mixed", top: int = 10,
            attention: str = "flash", overlap: str = "dp,params", bucket: tuple = (), **fixed) -> dict:
     """Best plan, the next `top` - 1, rejected plans by reason, the explanation with its ties and notes.
@@ -197,8 +203,7 @@ def search(model: Transformer, c: Cluster, global_batch: int, precision: str = "
                          f"layers evenly under the constraints {fixed or 'given'}")
     mem, time, fits = evaluate(model, c, global_batch, k, precision)
     rejected = rejections(mem, fits, k, c)
-    order = [i for i in np.lexsort((k.schedule + k.recompute + k.zero + k.sp + (k.shard < k.dp), mem["total"],
-                                    time["step_seconds"])) if fits[i]]
+    order = _ranked(k, mem, time, fits)
     best = describe(mem, time, fits, k, order[0], model) if order else None
     why = explain(best, rejected, mem, time, fits, k, c, order[0] if order else None)
     return {"best": best, "candidates": [describe(mem, time, fits, k, i, model) for i in order[:top]],
@@ -232,4 +237,29 @@ def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str 
         if not len(members):
             continue
         out[str(name)] = describe(mem, time, fits, k, representative(members, mem, time, fits), model)
+    return out
+
+
+def fastest_of(model: Transformer, c: Cluster, global_batch: int, groups: dict, precision: str = "mixed") -> dict:
+    """One evaluation of every plan (the framework's default settings): {"best": `search`'s best plan, name: the
+    fastest plan that fits among those `groups[name]` picks (a function of the plans' `Knobs` to a boolean array),
+    or None}; each plan `describe`d, with its "family" and its "ratio" of step time to the best's. What a sweep
+    of the network, or a change of link, asks of the advisor at one search's cost."""
+    check_int("global_batch", global_batch, 1, MAX_BATCH)
+    check_choice("precision", precision, PRECISIONS)
+    k = candidates(model, c, global_batch, {})
+    mem, time, fits = evaluate(model, c, global_batch, k, precision)
+    order = _ranked(k, mem, time, fits)
+    if not order:
+        return {"best": None, **dict.fromkeys(groups)}
+    rank = np.full(len(k.tp), len(k.tp))
+    rank[order] = np.arange(len(order))
+    out, best = {}, float(time["step_seconds"][order[0]])
+    for name, pick in (("best", None), *groups.items()):
+        members = np.flatnonzero(fits if pick is None else fits & np.asarray(pick(k), dtype=bool))
+        if not len(members):
+            out[name] = None
+            continue
+        plan = describe(mem, time, fits, k, int(members[np.argmin(rank[members])]), model)
+        out[name] = {**plan, "family": family(plan["config"]), "ratio": plan["step_seconds"] / best}
     return out

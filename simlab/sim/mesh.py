@@ -16,7 +16,8 @@ Why this order, given that a node's GPUs are consecutive ranks (node = rank // g
 - TP innermost: a TP group all-reduces activations in every layer, forward and backward, on the
   critical path. Adjacent ranks share a node, so TP stays on the fastest link (NVLink).
 - CP, then EP next: attention's key/value exchange and the experts' all-to-all also run every layer.
-- DP: one gradient all-reduce per step, which can overlap with the backward pass.
+- DP: one gradient all-reduce per step with plain DP or ZeRO-1 (ZeRO-2/3 reduce, and ZeRO-3 gathers, every
+  micro-batch), which can overlap with the backward pass.
 - PP outermost: only point-to-point sends of one activation per micro-batch between neighbouring
   stages, the least traffic, so it is the one that may cross nodes (InfiniBand).
 

@@ -81,3 +81,37 @@ def test_advisor_text_sums_the_rarer_rejections():
     rejected = lines[lines.index("rejected:") + 1:]
     assert rejected[:3] == [f"  {n:>6}  {reason}" for reason, n in reasons[:3]]
     assert rejected[3:] == [f"  {sum(n for _, n in reasons[3:]):>6}  … for {len(reasons) - 3} more reasons"]
+
+
+# ---- the guide's conditions, as text ------------------------------------------------------------------------
+
+def test_the_conditions_print_the_advisors_numbers():
+    from simlab.render.hybrid_advisor import gather_text, hsdp_text, link_text, sweep_text, zero1_text
+    from simlab.sim.hybrid_scenarios import (
+        BY_KEY,
+        flip,
+        gather_units,
+        hsdp_comparison,
+        link_comparison,
+        network_sweep,
+        zero1_for_memory,
+    )
+    rows = link_comparison(BY_KEY["node-too-big"])
+    lines = link_text(rows).splitlines()
+    assert lines[0].split()[:4] == ["link", "inside", "a", "node"] and len(lines) == len(rows) + 2
+    for line, r in zip(lines[1:], rows):
+        assert line.startswith(r["link"]) and f"{r['PP']['ratio']:.2f}× {r['PP']['family']}" in line
+    sweep = network_sweep(BY_KEY["nodes-slow"], gbps=(25.0, 3200.0))
+    text = sweep_text(sweep)
+    assert f"{sweep[0]['ZeRO-3']['ratio']:.2f}× {sweep[0]['ZeRO-3']['family']}" in text
+    assert flip(sweep, "ZeRO-3")["wins"] == [3200.0] and "ZeRO-3: within the model's error of the best at 3200 " \
+        "Gbit/s per node; the best at 3200 Gbit/s per node" in text
+    assert "DP+TP+PP+ZeRO-1: within the model's error of the best at every network of this sweep" in text
+    z = zero1_for_memory(BY_KEY["nodes-slow"])
+    text = zero1_text(z)
+    assert f"{z['zero1']['bytes_per_gpu']['total'] / GB:.2f}" in text and f"{z['time_ratio']:.2f}× plain DP" in text
+    assert "both fit in 79 GB usable" in text
+    text = hsdp_text(hsdp_comparison(gbps=(100.0,)))
+    assert "ZeRO-3 in a node, replicated (HSDP)" in text and "shards over 8" in text
+    text = gather_text(gather_units(BY_KEY["node-layer-too-big"]))
+    assert "a whole layer" in text and "6,090,422,272" in text and text.splitlines()[1].endswith("no")

@@ -134,3 +134,20 @@ def test_every_plan_of_a_trillion_parameters_on_3072_gpus():
     assert set(np.unique(k.zero)) == {0, 1, 2, 3} and set(np.unique(k.recompute)) == {0, 2}  # flash: no selective
     eager = candidates(PRESETS["megatron-1t"], cluster(gpus=3072), 3072, {}, attention="eager")
     assert set(np.unique(eager.recompute)) == {0, 1, 2}
+
+
+def test_the_modern_practice_note_follows_a_tie_with_fsdp_under_tp_and_pp_not_the_grid():
+    """N5 (issue 23): the note keys on FSDP (ZeRO-3) under TP+PP tying with the winner, so the slow network's
+    3-D + ZeRO-1, whose ZeRO-3 rivals lose, gets none; the lesson's stored outputs show the same."""
+    import json
+    from pathlib import Path
+
+    from simlab.sim.advisor_explain import MODERN, notes
+    c = cluster(gpus=1024, inter_node_gbps=25)
+    three_d = {"tp": 8, "pp": 16, "dp": 8, "zero": 1}
+    assert notes(three_d, c, []) == [] and notes(three_d, c, [{"family": "TP+PP+DP", "ratio": 1.0}]) == []
+    assert notes(three_d, c, [{"family": "TP+PP+DP+ZeRO-3", "ratio": 1.05}]) == [MODERN]
+    lesson = Path(__file__).resolve().parents[2] / "notebooks" / "06_choosing_a_strategy.ipynb"
+    printed = {c["id"]: "".join("".join(o.get("text", "")) for o in c.get("outputs", []))
+               for c in json.loads(lesson.read_text(encoding="utf-8"))["cells"]}
+    assert "modern practice" in printed["l6-nodes-fast"] and "modern practice" not in printed["l6-nodes-slow"]

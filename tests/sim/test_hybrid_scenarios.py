@@ -5,11 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simlab.sim.advisor import by_family, candidates, evaluate, family, search
+from simlab.sim.advisor import by_family, candidates, evaluate, evaluate_plan, family, search
 from simlab.sim.hardware import cluster
 from simlab.sim.hybrid import Plan
 from simlab.sim.hybrid_memory import knobs
-from simlab.sim.hybrid_scenarios import BY_KEY, SCENARIOS
+from simlab.sim.hybrid_scenarios import BY_KEY, SCENARIOS, Scenario
 from simlab.sim.hybrid_time import pipeline_factor, pipeline_trace, step
 from simlab.sim.mesh import Mesh
 from simlab.sim.model import PRESETS
@@ -91,3 +91,45 @@ def test_the_predicted_pipeline_is_lesson_4s_simulator_on_this_models_stage_time
         mine = [(e.name, e.start, e.end) for e in ranks if e.rank == rank]
         assert mine == [(e.name, e.start, e.end) for e in trace.for_rank(mesh.coords(rank)[0])]
     assert np.isclose(makespan(ranks), makespan(trace))
+
+
+# ---- the guide's conditions (lesson 6 §4.4) -----------------------------------------------------------------
+
+def test_fastest_of_is_the_search_with_the_group_as_a_constraint():
+    from simlab.sim.advisor import fastest_of
+    s = BY_KEY["node-too-big"]
+    out = fastest_of(s.model, s.cluster(), s.global_batch, {"zero3": lambda k: k.zero == 3, "none": lambda k: k.tp > 8})
+    found = search(s.model, s.cluster(), s.global_batch)
+    assert out["best"]["config"] == found["best"]["config"] and out["best"]["ratio"] == 1
+    zero3 = search(s.model, s.cluster(), s.global_batch, zero=3)["best"]
+    assert out["zero3"]["config"] == zero3["config"] and out["zero3"]["family"] == family(zero3["config"])
+    assert out["zero3"]["ratio"] == pytest.approx(zero3["step_seconds"] / found["best"]["step_seconds"])
+    assert out["none"] is None
+
+
+def test_over_pcie_changes_only_the_link_inside_a_node():
+    from simlab.sim.hybrid_scenarios import PCIE, over_pcie
+    c = cluster(gpus=16)
+    slow = over_pcie(c)
+    assert (slow.gpu.intra_bandwidth, slow.gpu.intra_alpha) == (PCIE.intra_bandwidth, PCIE.intra_alpha)
+    assert slow.gpu.with_(intra_bandwidth=c.gpu.intra_bandwidth, intra_alpha=c.gpu.intra_alpha,
+                          name=c.gpu.name) == c.gpu and slow.with_(gpu=c.gpu) == c
+
+
+def test_gather_units_re_count_only_the_gathered_unit():
+    """The advisor's row is the model's own count (every DP+ZeRO-3 plan through `evaluate_plan`); a model whose
+    layer is under the advisor's cap gathers the same whole layer in both."""
+    from simlab.sim.hybrid_memory import ZERO3_UNIT
+    from simlab.sim.hybrid_scenarios import gather_units, largest_matrix
+    s = BY_KEY["node-layer-too-big"]
+    rows = {r["unit"]: r for r in gather_units(s)}
+    plans = search(s.model, s.cluster(), s.global_batch, tp=1, pp=1, zero=3, offload=False, top=10**6)["candidates"]
+    plans = [p for p in plans if not p["config"]["shard"]]
+    fewest = min(evaluate_plan(s.model, s.cluster(), s.global_batch, Plan(**p["config"]))["bytes_per_gpu"]["total"]
+                 for p in plans)
+    assert rows["advisor"]["bytes_per_gpu"] == pytest.approx(fewest)
+    assert rows["matrix"]["params"] == largest_matrix(s.model) == s.model.hidden * 4 * s.model.hidden
+    small = Scenario("small", "", "", "", PRESETS["megatron-1.7b-2021"], "a100-80gb", 8, 64)
+    rows = {r["unit"]: r for r in gather_units(small)}
+    assert small.model.layer_params < ZERO3_UNIT and rows["layer"]["bytes_per_gpu"] == rows["advisor"]["bytes_per_gpu"]
+    assert rows["matrix"]["bytes_per_gpu"] < rows["layer"]["bytes_per_gpu"]
