@@ -10,6 +10,7 @@ What it teaches: what a launcher really does before your first collective can ru
 
 Run a demo: python -m simlab.exec.launch   (prints each rank's all_reduce result)
 Under torchrun (RANK/WORLD_SIZE/MASTER_ADDR set) nothing is spawned: this process is one rank.
+Ended from outside (SIGTERM, SIGHUP, SIGKILL, a torchrun agent killed), a run still cleans up: launch_signals.py.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import shutil
 import signal
 import socket
 import sys
-import tempfile
+import threading
 import time
 import traceback
 
@@ -31,7 +32,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from simlab._checks import check_choice, check_positive
-from simlab.exec import launch_device
+from simlab.exec import launch_device, launch_signals
 
 # re-exported: every engine and parity run imports device and resolve_backend from here
 from simlab.exec.launch_device import BACKENDS, device, resolve_backend  # noqa: F401 — re-exported
@@ -66,17 +67,21 @@ def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="au
     method = _pick_start_method(start_method)
     if method != "fork":
         _check_picklable(fn, method)
-    ctx = mp.get_context(method)
-    host = os.environ.get("SIMLAB_MASTER_ADDR", "127.0.0.1")
+    host = launch_device.rendezvous_host()  # loopback unless asked for: refused in one line, before anything
+    with launch_signals.cleaned_up_on_signals():  # SIGTERM, SIGHUP: stop the workers, remove the folder, then die
+        return _launch_here(fn, world_size, args, kwargs, mp.get_context(method), host, backend, gpus, timeout)
+
+
+def _launch_here(fn, world_size, args, kwargs, ctx, host, backend, gpus, timeout) -> list:
     # Rendezvous: we bind the store's socket ourselves (port 0 → the OS picks a free one, no race) and
     try:  # listen on `host` only. It is listening now, so workers that connect early just queue.
         sock = socket.create_server((host, 0), backlog=128)
-    except OSError as err:  # only a bad $SIMLAB_MASTER_ADDR gets here: name it
+    except OSError as err:  # a name that resolves but is not this machine's: name the variable
         raise ValueError(f"SIMLAB_MASTER_ADDR={host!r}: cannot listen there ({err.strerror or err})") from None
     port = sock.getsockname()[1]
     setup = dict(backend=backend, host=host, port=port, timeout=timeout, gpus=gpus,
                  gloo_ifname=launch_device.gloo_interface(host))
-    stacks = tempfile.mkdtemp(prefix="simlab-launch-")  # where a hung rank dumps its stack when asked
+    stacks = launch_signals.stack_folder()  # where a hung rank dumps its stack when asked
     stack_files = [os.path.join(stacks, f"rank{rank}.stack") for rank in range(world_size)]
     procs, conns, store, ok = [], [], None, False
     try:
@@ -90,11 +95,10 @@ def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="au
             finally:
                 send_end.close()  # only the child may hold the write end
             procs.append(proc)
-        # Start the store's server thread only after the last fork: a child forked while a parent thread
-        # holds a lock (we caught one in its string formatting) can deadlock on that lock forever.
-        store = dist.TCPStore(host, port, is_master=True, wait_for_workers=False,
-                              master_listen_fd=sock.detach())  # the store owns and closes it now
-        results = collect(procs, conns, timeout, stack_files)
+        # The clock starts once every rank is started, and holds through the rendezvous (the store) too.
+        deadline = time.monotonic() + timeout
+        store = _serve_store(host, port, sock, timeout)
+        results = collect(procs, conns, timeout, stack_files, deadline)
         ok = True
         return results
     except KeyboardInterrupt:  # stop the workers (finally, below), then say so in one line
@@ -106,6 +110,34 @@ def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="au
         sock.close()  # a no-op once the store owns the socket
         del store  # stops the server thread and frees the port, even while a traceback holds this frame
         shutil.rmtree(stacks, ignore_errors=True)
+
+
+def _serve_store(host, port, sock, timeout):
+    """The rendezvous store's server, on the socket we bound, ready within `timeout`, or LaunchTimeout.
+
+    Started only after the last fork: a child forked while a parent thread holds a lock (we caught one in
+    the store's string formatting) can deadlock on that lock forever. Its constructor also connects to itself
+    as a client, in C++, where Ctrl-C cannot reach, and torch retries a failed connection for up to ~2.5 × the
+    store's timeout (measured: 2.1 s for 1 s, 7.5 s for 3 s). So the store gets a third of the launch's
+    timeout, and its constructor runs in a thread this one waits for in short slices: Ctrl-C still works."""
+    made = {}
+
+    def make():
+        try:
+            made["store"] = dist.TCPStore(host, port, is_master=True, wait_for_workers=False,
+                                          timeout=datetime.timedelta(seconds=timeout / 3),
+                                          master_listen_fd=sock.detach())  # the store owns and closes it now
+        except Exception as err:  # torch's multi-line C++ message: its first line is enough
+            made["error"] = (str(err).strip().splitlines() or [type(err).__name__])[0]
+
+    thread = threading.Thread(target=make, name="simlab-store", daemon=True)
+    thread.start()
+    while thread.is_alive():  # bounded by the store's own timeout, well inside the launch's
+        thread.join(0.2)
+    if "store" not in made:
+        raise LaunchTimeout(f"timeout={timeout}s: the rendezvous store at {host}:{port} did not start "
+                            f"({made.get('error', 'no answer')})")
+    return made["store"]
 
 
 def _check_fn(fn):
@@ -144,6 +176,8 @@ def _pick_start_method(start_method: str) -> str:
 
 def _worker(fn, rank, world_size, args, kwargs, setup, stack_file, conn):
     os.setsid()  # a session of our own: at the end the parent stops it whole, with anything we started
+    for sig in launch_signals.CAUGHT:  # a forked rank inherits the parent's handlers: SIGTERM must kill it
+        signal.signal(sig, signal.SIG_DFL)
     die_with_parent()
     stacks = open(stack_file, "w")  # if the run hangs, the parent asks where we are: SIGUSR1 dumps our stack
     faulthandler.register(signal.SIGUSR1, file=stacks, all_threads=True)  # works even inside a C++ collective
@@ -232,6 +266,8 @@ def _run_under_torchrun(fn, world_size, args, kwargs, backend, timeout):
     started = int(os.environ["WORLD_SIZE"])
     if started != world_size:
         raise ValueError(f"world_size={world_size}: torchrun started WORLD_SIZE={started} processes")
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's agent is our parent: end with it, not after it
+        launch_signals.exit_with_parent()
     created = not dist.is_initialized()  # a group the caller made is the caller's to destroy
     if created:
         if backend == "nccl" or os.environ.get("SIMLAB_DEVICE") == "cuda":

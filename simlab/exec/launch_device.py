@@ -5,6 +5,8 @@
 - `device()`: inside a rank, where its tensors go: its own GPU under NCCL, else the CPU — unless
   SIMLAB_DEVICE=cuda puts gloo ranks on GPUs too (`gpus_for`: rank r on GPU r mod GPUs, so several ranks
   may share one; gloo moves CUDA tensors in its collectives, not in send/recv: tools/gpu_check.py).
+- `rendezvous_host`: where the launch's store listens: loopback (127.0.0.1), unless SIMLAB_MASTER_ADDR names
+  another address *and* SIMLAB_ALLOW_REMOTE=1 says that exposing the run to the network is meant.
 - `gloo_interface`: keep gloo on loopback when the rendezvous is on this machine.
 """
 from __future__ import annotations
@@ -55,6 +57,30 @@ def gpus_for(backend: str) -> int:
     if wanted == "cuda" and not gpus:
         raise ValueError("SIMLAB_DEVICE=cuda: this machine has no CUDA GPU (unset it to run on the CPU)")
     return gpus
+
+
+def rendezvous_host() -> str:
+    """The address the rendezvous store listens on: $SIMLAB_MASTER_ADDR, 127.0.0.1 when unset.
+
+    `launch` starts every rank on this machine, so loopback is all it needs, and anything else opens the
+    store (and gloo, see `gloo_interface`) to the network: whoever connects first can join or stall the run.
+    So an address that is not loopback-only is refused unless SIMLAB_ALLOW_REMOTE=1 asks for it; an empty one
+    always is (it listened on every interface, and then no rank could connect to ""). Runs across machines
+    go through torchrun, which sets its own MASTER_ADDR. Raises ValueError in one line naming the variable."""
+    host = os.environ.get("SIMLAB_MASTER_ADDR", "127.0.0.1")
+    allow = check_choice("SIMLAB_ALLOW_REMOTE", os.environ.get("SIMLAB_ALLOW_REMOTE") or "0", ("0", "1"))
+    if not host.strip():
+        raise ValueError(f"SIMLAB_MASTER_ADDR={host!r}: empty; unset it to rendezvous on 127.0.0.1 (this machine)")
+    try:
+        found = {a[4][0] for a in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)}
+    except (OSError, UnicodeError) as err:  # the old check's words: tests and users know this line
+        raise ValueError(f"SIMLAB_MASTER_ADDR={host!r}: cannot listen there ({getattr(err, 'strerror', None) or err})"
+                         ) from None
+    open_to = sorted(a for a in found if not ipaddress.ip_address(a.split("%")[0]).is_loopback)
+    if open_to and allow != "1":
+        raise ValueError(f"SIMLAB_MASTER_ADDR={host!r}: {', '.join(open_to)} is not loopback, so the run would be "
+                         "open to the network; set SIMLAB_ALLOW_REMOTE=1 if you mean it, or unset SIMLAB_MASTER_ADDR")
+    return host
 
 
 def gloo_interface(host: str) -> str | None:

@@ -135,10 +135,11 @@ def _summary(places: dict) -> str:
 
 # ---------------------------------------------------------------- watching the ranks
 
-def collect(procs, conns, timeout, stack_files):
-    """Every rank's result in rank order; raises WorkerError or LaunchTimeout (workers are stopped by the caller)."""
+def collect(procs, conns, timeout, stack_files, deadline=None):
+    """Every rank's result in rank order; raises WorkerError or LaunchTimeout (workers are stopped by the caller).
+    `deadline` (time.monotonic()): when `timeout` runs out, if its clock started earlier (at the rendezvous)."""
     results, failures = {}, {}  # rank → return value;  rank → (how likely the root cause, WorkerError, place)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + timeout if deadline is None else deadline
     while len(results) + len(failures) < len(procs) and time.monotonic() < deadline:
         pending = [r for r in range(len(procs)) if r not in results and r not in failures]
         owner = {conns[r]: r for r in pending} | {procs[r].sentinel: r for r in pending}
