@@ -38,7 +38,7 @@ AC = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Confi
 HEAD = """from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
 from torchtitan.components.optimizer import default_adamw
 from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
-from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC  # noqa: F401
+from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC  # noqa: F401 — the file imports both: the plan's recompute picks one
 from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataLoader
 from torchtitan.models.common.config_utils import decoder_vocab_size
 from torchtitan.models.llama3 import model_registry

@@ -62,7 +62,7 @@ def check_network_prediction(crosses, busiest: str, run=None) -> None:
     world = sum(len(g) for g in real["groups"]["tp"])
     node = lambda rank: rank // GPUS_PER_NODE  # noqa: E731 — a one-line local helper
     across = {k for k in KINDS if any(len({node(r) for r in g}) > 1 for g in real["groups"][k])}
-    shown = lambda k: " ".join("[" + " ".join(map(str, g)) + "]" for g in real["groups"][k])  # noqa: E731
+    shown = lambda k: " ".join("[" + " ".join(map(str, g)) + "]" for g in real["groups"][k])  # noqa: E731 — a one-line local formatter
     nodes = ", ".join(f"{n}-{n + GPUS_PER_NODE - 1}" for n in range(0, world, GPUS_PER_NODE))
     if said != across:
         fail(title, "crosses", _("you said {said}; the nodes hold ranks {nodes}: write each kind's groups from global "

@@ -30,7 +30,7 @@ from ..i18n import N_, _
 from .common import fail
 
 # re-exported: the exercise's predict-then-run checks, where they were imported from before they moved
-from .tensor_parallel_predict import MLP_RUN, check_forward_bytes, check_split_choice  # noqa: F401
+from .tensor_parallel_predict import MLP_RUN, check_forward_bytes, check_split_choice  # noqa: F401 — re-exported: the exercise and ARCHITECTURE cite them here
 
 TP_SIZES = (1, 2, 4)
 IN, OUT, BATCH, SEQ = 8, 6, 2, 3  # in divides by every TP size

@@ -241,7 +241,7 @@ def test_the_command_line_still_overrides_a_field_and_torchtitan_refuses_what_si
 def test_fp8_is_torchaos_float8_through_torchtitans_converter(loaded):
     result = loaded["8b-fp8"]
     try:
-        import torchao  # noqa: F401
+        import torchao  # noqa: F401 — only whether it imports
     except ImportError:  # torchtitan's Float8LinearConverter was built, and asked for torchao
         assert "torchao is not installed" in result["error"]
     else:

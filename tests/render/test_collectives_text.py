@@ -255,7 +255,7 @@ def test_the_lesson_ends_with_a_summary_and_the_next_notebook():
     cells = list(lesson_cells().values())
     last = cells[-1].source
     assert last.startswith("## Summary") and 3 <= last.count("\n- ") <= 6
-    assert "**Next:** [`notebooks/02_data_parallel.ipynb`]" in last
+    assert "**Next:** [Lesson 2 — Data parallel: DP vs DDP](02_data_parallel.ipynb)" in last
     assert (LESSON.parent / "02_data_parallel.ipynb").exists()
 
 

@@ -290,10 +290,7 @@ def test_lesson_text_matches_the_simulator():
     assert f"{sum(w.layer_params) / 1e6:.1f} M parameters ({w.model_bytes // MIB} MiB in fp32)" in prose
     assert f"global batch of {w.global_batch} on {w.world_size} devices" in prose
     assert f"links of {w.bandwidth / 1e9:g} GB/s" in prose
-    dp, slow = simulate_dp(HIGH_LATENCY), simulate_ddp(HIGH_LATENCY)
-    n = HIGH_LATENCY.world_size
-    latencies = len(slow.buckets) * 2 * (n - 1) * HIGH_LATENCY.alpha
-    assert (f"{len(slow.buckets)} buckets × $2(N-1) = {2 * (n - 1)}$ latencies × "
-            f"{HIGH_LATENCY.alpha * 1e6:g} µs = {latencies * 1e3:g} ms") in prose
-    assert len(slow.buckets) * 2 * (n - 1) * HIGH_LATENCY.alpha > dp.step_seconds  # "more than DP's whole step"
+    # the high-latency scene's "buckets × 2(N-1) latencies each" is printed by its cell now, not typed:
+    # tests/grading/test_data_parallel_prose.py holds that line to this arithmetic and to DP's step time
+    assert "latencies each ×" not in prose
     assert f"torch's default is {simulate_ddp(w).workload.bucket_cap_mb:g} MiB" in prose
