@@ -4,13 +4,11 @@ collectives build (`simlab.sim.collectives`, which the lesson imports) is refuse
 transfers."""
 from __future__ import annotations
 
-import sys
-
 from ..i18n import _
 from ..plan import CollectivePlan, split_sizes
 from ..sim import collectives as reference
 from ..sim.collectives_stepper import PlanError, simulate
-from .common import fail
+from .common import fail, first_call
 
 GATHER_CASES = [(n, numel) for n in (1, 2, 3, 4, 5, 8) for numel in (3 * n, 3 * n + 1, n + 2)]
 # the code of every function that builds one of simlab's plans: calling any of them is delegating
@@ -20,22 +18,8 @@ _REFERENCE_CODE = {f.__code__: f.__name__ for f in (
 
 
 def call_watched(fn, watched: dict, *args):
-    """`fn(*args)`, and the name (`watched[code]`) of the first watched function it called, or None. A
-    profile hook sees every Python call however it was reached (an import, an alias, a subclass, a cache in
-    front), and only while `fn` runs: how a grader tells a learner's answer from simlab's own."""
-    called = []
-
-    def watch(frame, event, _arg):
-        if event == "call" and not called and frame.f_code in watched:
-            called.append(watched[frame.f_code])
-
-    previous = sys.getprofile()
-    sys.setprofile(watch)
-    try:
-        result = fn(*args)
-    finally:
-        sys.setprofile(previous)
-    return result, (called[0] if called else None)
+    """`fn(*args)`, and the name (`watched[code]`) of the first watched function it called, or None."""
+    return first_call(fn, watched.get, *args)
 
 
 def _delegated(name: str) -> str:

@@ -6,6 +6,8 @@ all the learner sees: the traceback through the grader is not theirs to read.
 """
 from __future__ import annotations
 
+import sys
+
 
 class CheckFailed(AssertionError):
     """A wrong answer (its ✗ line has been printed)."""
@@ -16,3 +18,24 @@ def fail(title: str, case: str, reason: str):
     print(f"{title}: ✗ {case}: {reason}")
     one_line_in_ipython(CheckFailed)
     raise CheckFailed(f"{case}: {reason}")
+
+
+def first_call(fn, name_of, *args):
+    """`fn(*args)`, and `name_of(code)` for the first function it called that `name_of` names (None if none).
+    A profile hook sees every Python call however it was reached (an import, an alias, a subclass, a cache in
+    front), and only while `fn` runs: how a grader tells a learner's answer from simlab's own."""
+    called = []
+
+    def watch(frame, event, _arg):
+        if event == "call" and not called:
+            name = name_of(frame.f_code)
+            if name is not None:
+                called.append(name)
+
+    previous = sys.getprofile()
+    sys.setprofile(watch)
+    try:
+        result = fn(*args)
+    finally:
+        sys.setprofile(previous)
+    return result, (called[0] if called else None)

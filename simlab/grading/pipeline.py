@@ -11,14 +11,12 @@ come.
 """
 from __future__ import annotations
 
-import sys
-
 from ..i18n import _
 from ..sim import pipeline_schedules
 from ..sim.pipeline import as_actions, bubble_fraction, makespan, peak_activations, simulate
 from ..sim.pipeline_check import validate
 from ..sim.pipeline_schedules import one_f_one_b
-from .common import fail
+from .common import fail, first_call
 
 SCHEDULES_FILE = one_f_one_b.__code__.co_filename  # simlab's own generators, as their code names the file
 
@@ -26,18 +24,8 @@ SCHEDULES_FILE = one_f_one_b.__code__.co_filename  # simlab's own generators, as
 def _calls_simlabs_generator(fn, *args):
     """`fn(*args)`, and the name of the first function of `simlab.sim.pipeline_schedules` it called (None if
     none): an answer that returns simlab's own 1F1B has not been written. (Lesson 3's grader watches the same
-    way: `simlab.grading.zero._calls_into_sim`.)"""
-    called = []
-
-    def watch(frame, event, arg):
-        if event == "call" and not called and frame.f_code.co_filename == SCHEDULES_FILE:
-            called.append(frame.f_code.co_name)
-    previous = sys.getprofile()
-    sys.setprofile(watch)
-    try:
-        return fn(*args), (called or [None])[0]
-    finally:
-        sys.setprofile(previous)
+    way, through `simlab.grading.common.first_call`.)"""
+    return first_call(fn, lambda code: code.co_name if code.co_filename == SCHEDULES_FILE else None, *args)
 
 # (p, m): the lesson's 4 x 8 plus cases the student has not seen — fewer micro-batches than stages
 # (warm-up is cut short), one stage, one micro-batch, odd sizes

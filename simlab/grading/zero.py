@@ -7,7 +7,6 @@ parameter names stay."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 from ..i18n import _
@@ -19,7 +18,7 @@ from ..sim.memory import (
     shard_numel,
     smallest_world_size,
 )
-from .common import fail
+from .common import fail, first_call
 
 PAPER = {0: 120e9, 1: 31.40625e9, 2: 16.640625e9, 3: 1.875e9}  # ZeRO paper, Figure 1: Ψ=7.5B, N=64, K=12
 LAYERS_70B = [875_000_000] * 80  # a 70 B model as 80 equal layers (Llama-2-70B's depth); embeddings ignored
@@ -32,17 +31,8 @@ SIM = str(Path(per_gpu_bytes.__code__.co_filename).parent) + os.sep
 def _calls_into_sim(fn, *args):
     """`fn(*args)`, and the name of the first simlab.sim function it called (None if it called none): an
     answer that hands the question to the model it is graded against has not been written."""
-    called = []
-
-    def watch(frame, event, arg):
-        if event == "call" and not called and frame.f_code.co_filename.startswith(SIM):
-            called.append(f"{Path(frame.f_code.co_filename).stem}.{frame.f_code.co_name}")
-    previous = sys.getprofile()
-    sys.setprofile(watch)
-    try:
-        return fn(*args), (called or [None])[0]
-    finally:
-        sys.setprofile(previous)
+    return first_call(fn, lambda code: f"{Path(code.co_filename).stem}.{code.co_name}"
+                      if code.co_filename.startswith(SIM) else None, *args)
 
 
 def check_zero_memory(fn) -> None:
