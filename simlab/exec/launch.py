@@ -104,7 +104,7 @@ def _launch_here(fn, world_size, args, kwargs, ctx, host, backend, gpus, timeout
     except KeyboardInterrupt:  # stop the workers (finally, below), then say so in one line
         raise interrupted(world_size) from None
     finally:
-        _stop(procs, grace=2.0 if ok else 0.0)
+        launch_signals.stop(procs, grace=2.0 if ok else 0.0)
         for conn in conns:
             conn.close()
         sock.close()  # a no-op once the store owns the socket
@@ -227,37 +227,6 @@ def _teardown():
     gc.collect()  # teardown trap: drop DDP/optimizers holding the group, or gloo may abort at exit
     if dist.is_initialized():
         dist.destroy_process_group()
-
-
-# ---------------------------------------------------------------- the parent stops everything
-
-def _stop(procs, grace):
-    """Wait `grace` s for the workers, then SIGTERM each one's process group (the worker and anything it
-    started: a process it started would otherwise outlive the run), then SIGKILL what is left."""
-    deadline = time.monotonic() + grace
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    for p in procs:
-        _signal_group(p, signal.SIGTERM)
-        p.terminate()  # the worker too: it may not have made its own group yet (a no-op once it exited)
-    deadline = time.monotonic() + 1.0
-    for p in procs:
-        p.join(max(0.0, deadline - time.monotonic()))
-    while any(_signal_group(p, 0) for p in procs) and time.monotonic() < deadline:
-        time.sleep(0.02)  # signal 0 only asks "anyone left?": give what they started the same second
-    for p in procs:
-        _signal_group(p, signal.SIGKILL)
-        p.kill()
-        p.join()
-        p.close()  # releases the sentinel fd now rather than at garbage collection
-
-
-def _signal_group(proc, sig) -> bool:
-    try:  # the group's id is the worker's pid (os.setsid); it lasts while anyone in it is left
-        os.killpg(proc.pid, sig)
-        return True
-    except OSError:  # nobody left in it
-        return False
 
 
 # ---------------------------------------------------------------- started by torchrun

@@ -17,6 +17,8 @@ directory where hung ranks dump their stacks. Ctrl-C (SIGINT) is Python's Keyboa
   gone: its sockets close, so its peers' collectives fail at once (or within their timeout) instead of hanging.
   Polling, not PR_SET_PDEATHSIG: that one fires when the *thread* that started us exits, which in an agent
   may be any thread.
+- `stop`: how the parent ends its workers, every way a run ends: a grace period, then SIGTERM to each worker's
+  process group (what a worker started goes too), then SIGKILL to what is left.
 """
 from __future__ import annotations
 
@@ -132,3 +134,34 @@ def exit_with_parent(poll: float = _POLL) -> None:
         os._exit(1)
 
     threading.Thread(target=watch, name="simlab-parent-watch", daemon=True).start()
+
+
+# ---------------------------------------------------------------- the parent stops everything
+
+def stop(procs, grace):
+    """Wait `grace` s for the workers, then SIGTERM each one's process group (the worker and anything it
+    started: a process it started would otherwise outlive the run), then SIGKILL what is left."""
+    deadline = time.monotonic() + grace
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        signal_group(p, signal.SIGTERM)
+        p.terminate()  # the worker too: it may not have made its own group yet (a no-op once it exited)
+    deadline = time.monotonic() + 1.0
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+    while any(signal_group(p, 0) for p in procs) and time.monotonic() < deadline:
+        time.sleep(0.02)  # signal 0 only asks "anyone left?": give what they started the same second
+    for p in procs:
+        signal_group(p, signal.SIGKILL)
+        p.kill()
+        p.join()
+        p.close()  # releases the sentinel fd now rather than at garbage collection
+
+
+def signal_group(proc, sig) -> bool:
+    try:  # the group's id is the worker's pid (os.setsid); it lasts while anyone in it is left
+        os.killpg(proc.pid, sig)
+        return True
+    except OSError:  # nobody left in it
+        return False
