@@ -1,22 +1,19 @@
 """Lesson 1's prose against its own outputs: every number the markdown states that a cell prints is held here to
 the stored output (English and Chinese alike), so the text cannot drift from what the learner sees run."""
-import json
 import re
-from pathlib import Path
 
 import pytest
+from notebook_cells import cells, printed, source  # tests/notebook_cells.py
 
 from simlab.plan import split_sizes
 
-ROOT = Path(__file__).resolve().parents[2]
 PATHS = ("notebooks/01_collectives.ipynb", "notebooks/zh/01_collectives.ipynb")
 
 
 def _cells(path):
-    cells = json.loads((ROOT / path).read_text(encoding="utf-8"))["cells"]
-    text = {c["id"]: "".join(c["source"]).replace("（", "(").replace("）", ")") for c in cells}  # zh brackets
-    out = {c["id"]: "".join("".join(o.get("text", "")) for o in c.get("outputs", [])) for c in cells}
-    return text, out
+    by_id = cells(path)
+    text = {i: source(c).replace("（", "(").replace("）", ")") for i, c in by_id.items()}  # zh brackets
+    return text, {i: printed(c) for i, c in by_id.items()}
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -67,6 +64,6 @@ def test_the_summary_table_names_what_the_lessons_teach(path):
 
 @pytest.mark.parametrize("path", PATHS)
 def test_a_predict_prompt_comes_before_the_cell_it_asks_about(path):
-    cells = [c["id"] for c in json.loads((ROOT / path).read_text(encoding="utf-8"))["cells"]]
+    ids = list(cells(path))
     assert re.search(r"\*\*(Predict, then run|先预测，再运行)", _cells(path)[0]["21d3827b"])
-    assert cells.index("21d3827b") + 1 == cells.index("39dd52c9")  # the uneven 8-rank run
+    assert ids.index("21d3827b") + 1 == ids.index("39dd52c9")  # the uneven 8-rank run

@@ -2,20 +2,17 @@
 simlab's own collectives build (the exercise imports simlab, whose `ring_all_gather` is exactly the answer)
 is refused however it is reached, and so is a ring that runs the wrong way (the spec says right neighbour).
 And nothing printed before the prediction check (lesson 1, the exercise) shows its answer."""
-import json
 import re
 import sys
-from pathlib import Path
 
 import pytest
+from notebook_cells import texts  # tests/notebook_cells.py: one reader of stored notebooks
 
 import simlab
 from simlab.grading.collectives import GATHER_CASES, check_plan_runs_for_real, check_ring_all_gather
 from simlab.plan import CollectivePlan, Transfer, split_sizes
 from simlab.sim import collectives as reference
 from simlab.sim.collectives_stepper import simulate
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _ring(world_size, numel, itemsize=4, right=True):
@@ -88,21 +85,11 @@ def test_a_learner_may_still_use_split_sizes_and_the_simulator(capsys):
     assert "✓" in capsys.readouterr().out
 
 
-def _texts(path, before=None):
-    """Markdown, code and printed output of a notebook's cells (up to the cell with id `before`)."""
-    for cell in json.loads((ROOT / path).read_text(encoding="utf-8"))["cells"]:
-        if cell["id"] == before:
-            return
-        yield "".join(cell["source"])
-        for out in cell.get("outputs", []):
-            yield "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
-
-
 @pytest.mark.parametrize("path, before", [(f"{folder}{lang}01_collectives.ipynb", None if folder != "solutions/" else
                                            "l1-predict-q") for folder in ("notebooks/", "exercises/", "solutions/")
                                           for lang in ("", "zh/")])
 def test_nothing_before_the_prediction_gives_its_answer_away(path, before):
     """Rank 2 of 11 float32 on 4 ranks sends 68 B (32 + 36): no lesson or exercise text shows 68 or 36 B,
     and the lesson's one uneven all-reduce table has other chunks (10 float32: 3, 3, 2, 2)."""
-    text = "\n".join(_texts(path, before))
+    text = "\n".join(texts(path, before))
     assert not re.search(r"\b68\b|\b36 B\b", text)

@@ -5,11 +5,10 @@ The 'real' result is a real 3-process DDP run of an MLP the lesson never runs, m
 tensors of [1152, 96, 2304, 96, 576, 24] bytes (4,248 in all) under a 1,200-byte cap, last first: 24 + 576 + 96,
 then 2,304 alone (over the cap), then 96, then 1,152 (together 1,248 > 1,200) -> 4 buckets; every bucket is a
 multiple of 3 elements, so every rank sends 2·2/3 · 4,248 = 5,664 bytes. Lesson 2 prints 4-rank counts only."""
-import json
 import re
-from pathlib import Path
 
 import pytest
+from notebook_cells import texts  # tests/notebook_cells.py: one reader of stored notebooks
 
 from simlab.grading.data_parallel import (
     PREDICT_BATCH,
@@ -20,7 +19,6 @@ from simlab.grading.data_parallel import (
 )
 from simlab.parity.data_parallel import run_ddp
 
-ROOT = Path(__file__).resolve().parents[2]
 BUCKETS, SENT = 4, 5664
 
 
@@ -79,21 +77,12 @@ def test_the_reasons_follow_the_real_run_not_a_copy(real):
         check_ddp_prediction(BUCKETS, SENT, two)
 
 
-def _texts(path, before=None):
-    for cell in json.loads((ROOT / path).read_text(encoding="utf-8"))["cells"]:
-        if cell["id"] == before:
-            return
-        yield "".join(cell["source"])
-        for out in cell.get("outputs", []):
-            yield "".join(out.get("text", "")) + "".join(out.get("data", {}).get("text/plain", ""))
-
-
 @pytest.mark.parametrize("path, before", [(f"{folder}{lang}02_data_parallel.ipynb", None if folder != "solutions/" else
                                            "l2-predict") for folder in ("notebooks/", "exercises/", "solutions/")
                                           for lang in ("", "zh/")])
 def test_nothing_before_the_prediction_gives_its_answer_away(path, before):
     """Neither the lesson nor the exercise shows 5,664 bytes, nor this model's buckets."""
-    text = "\n".join(_texts(path, before))
+    text = "\n".join(texts(path, before))
     assert not re.search(r"(?<![\d,])5,?664(?![\d,])", text)  # not inside 377,585,664
     assert "[[5, 4, 3], [2], [1], [0]]" not in text
 

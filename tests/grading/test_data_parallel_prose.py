@@ -1,20 +1,16 @@
 """Lesson 2's prose against its own outputs: the numbers the markdown states are held to what the cells print
 (English and Chinese alike), and the lesson ends with a link to the next one."""
-import json
 import re
-from pathlib import Path
 
 import pytest
+from notebook_cells import cells, printed, source  # tests/notebook_cells.py
 
-ROOT = Path(__file__).resolve().parents[2]
 PATHS = ("notebooks/02_data_parallel.ipynb", "notebooks/zh/02_data_parallel.ipynb")
 
 
 def _cells(path):
-    cells = json.loads((ROOT / path).read_text(encoding="utf-8"))["cells"]
-    text = {c["id"]: "".join(c["source"]) for c in cells}
-    out = {c["id"]: "".join("".join(o.get("text", "")) for o in c.get("outputs", [])) for c in cells}
-    return text, out
+    by_id = cells(path)
+    return {i: source(c) for i, c in by_id.items()}, {i: printed(c) for i, c in by_id.items()}
 
 
 def _scene_row(out, scene):
@@ -53,7 +49,7 @@ def test_the_lesson_ends_with_links_not_paths(path):
 
 @pytest.mark.parametrize("path", PATHS)
 def test_each_lesson_has_a_predict_prompt_before_the_cell_it_asks_about(path):
-    cells = [c["id"] for c in json.loads((ROOT / path).read_text(encoding="utf-8"))["cells"]]
+    ids = list(cells(path))
     text = _cells(path)[0]
     assert re.search(r"\*\*(Predict, then run|先预测，再运行)", text["13d3a768"])
-    assert cells.index("13d3a768") + 1 == cells.index("2fcdc483")
+    assert ids.index("13d3a768") + 1 == ids.index("2fcdc483")

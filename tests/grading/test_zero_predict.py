@@ -3,6 +3,7 @@ ZeRO-2 step (against a real run). Right answers pass; each kind of wrong answer 
 import math
 
 import pytest
+from notebook_cells import cells  # tests/notebook_cells.py: one reader of stored notebooks
 
 from simlab.grading.zero import HOST_BYTES, LAYERS_70B, check_bytes_prediction, check_fit_70b, fewest_gpus
 from simlab.sim.memory import peak_per_gpu_bytes, per_gpu_bytes
@@ -155,26 +156,19 @@ def test_graded_against_a_real_run(capsys):
     assert "not what rank 1 really sent" in verdict(capsys, check_bytes_prediction, RIGHT // 2, real, SIZES)
 
 
-def _cells(path: str) -> dict:
-    import json
-    from pathlib import Path
-    nb = json.loads((Path(__file__).resolve().parents[2] / path).read_text())
-    return {c["id"]: c for c in nb["cells"]}
-
-
 def test_the_exercise_runs_these_sizes_and_the_lesson_never_prints_the_answer():
     """The prediction must be worked out, not copied: neither the lesson's outputs (its real runs are another
     MLP) nor the exercise's own cells before the real run show the number, in English or in Chinese, and the
     exercise asks about the sizes these tests grade."""
     import re
-    solution = _cells("solutions/03_zero.ipynb")
+    solution = cells("solutions/03_zero.ipynb")
     assert f"sizes={SIZES}" in "".join(solution["l3-run"]["source"]).replace(" ", "").replace(",", ", ")
     assert f"of sizes {SIZES}" in "".join(solution["l3-predict-md"]["source"])
     for lesson, exercise in [("notebooks/03_zero.ipynb", "solutions/03_zero.ipynb"),
                              ("notebooks/zh/03_zero.ipynb", "solutions/zh/03_zero.ipynb")]:
-        ids = list(_cells(exercise))
-        before = [c for c in list(_cells(exercise).values())[:ids.index("l3-run")]]
-        shown = list(_cells(lesson).values()) + before
+        ids = list(cells(exercise))
+        before = [c for c in list(cells(exercise).values())[:ids.index("l3-run")]]
+        shown = list(cells(lesson).values()) + before
         printed = " ".join("".join(o.get("text", "")) for c in shown for o in c.get("outputs", []))
         text = " ".join("".join(c["source"]) for c in shown if c["cell_type"] == "markdown")
         assert printed and str(RIGHT) not in re.findall(r"\d+", printed + " " + text), lesson
@@ -183,7 +177,7 @@ def test_the_exercise_runs_these_sizes_and_the_lesson_never_prints_the_answer():
 def test_the_summary_states_what_the_grader_accepts():
     """The exercise's summary names both answers; its numbers are the grader's, not typed from memory."""
     import re
-    text = " ".join("".join(_cells("solutions/03_zero.ipynb")["l3-ex-summary"]["source"]).split())
+    text = " ".join("".join(cells("solutions/03_zero.ipynb")["l3-ex-summary"]["source"]).split())
     gpu = re.search(r"only ZeRO-3 fits \((\d+) GPUs\), or ZeRO-3 with offload \((\d+) GPUs, ([\d.]+) GB of host "
                     r"memory each of the (\d+) GB", text)
     assert (int(gpu[1]), int(gpu[2])) == (fewest_gpus(3, False), fewest_gpus(3, True))
@@ -195,9 +189,9 @@ def test_the_summary_states_what_the_grader_accepts():
 
 def test_the_exercise_states_the_host_the_grader_checks():
     """2 TB for 8 GPUs is the 250 GB per GPU the grader allows offload; the solution prints the host bytes."""
-    text = " ".join("".join(_cells("solutions/03_zero.ipynb")["l3-fit-70b-md"]["source"]).split())
+    text = " ".join("".join(cells("solutions/03_zero.ipynb")["l3-fit-70b-md"]["source"]).split())
     assert "8 GPUs share 2 TB of host memory: 250 GB of it per GPU" in text and HOST_BYTES == 2 * 10**12 // 8
-    printed = "".join("".join(o.get("text", "")) for o in _cells("solutions/03_zero.ipynb")["l3-fit-70b"]["outputs"])
+    printed = "".join("".join(o.get("text", "")) for o in cells("solutions/03_zero.ipynb")["l3-fit-70b"]["outputs"])
     assert "[280.0, 224.0]" in printed  # 4 GPUs overflow the host's 250 GB, 5 fit: the summary's 5 GPUs, 224 GB
 
 
@@ -217,7 +211,7 @@ def test_the_next_step_is_a_link_in_the_learners_language(path, cell_id, links):
     import re
     from pathlib import Path
     root = Path(__file__).resolve().parents[2]
-    text = "".join(_cells(path)[cell_id]["source"])
+    text = "".join(cells(path)[cell_id]["source"])
     assert re.findall(r"\]\(([^)]+)\)", text) == links
     assert all((root / path).parent.joinpath(link).resolve().exists() for link in links)
     assert re.search(r"\*\*(Next|下一课|下一个练习)[:：]\*\* \[", text), text
@@ -227,16 +221,16 @@ def test_fits_are_said_with_mixed_precision_adam_in_both_languages():
     """Issue 23, N8: "does not fit" holds for mixed-precision Adam's 16 bytes; an 8-bit optimizer changes K."""
     for lesson, solution, words in [("notebooks/03_zero.ipynb", "solutions/03_zero.ipynb", "mixed-precision Adam"),
                                     ("notebooks/zh/03_zero.ipynb", "solutions/zh/03_zero.ipynb", "混合精度 Adam")]:
-        memory = "".join(_cells(lesson)["6f2830f4"]["source"])
+        memory = "".join(cells(lesson)["6f2830f4"]["source"])
         assert words in memory and "Adam8bit" in memory
-        summary = "".join(_cells(solution)["l3-ex-summary"]["source"])
+        summary = "".join(cells(solution)["l3-ex-summary"]["source"])
         assert words in summary and ("8-bit optimizer" in summary or "8 位优化器" in summary)
 
 
 def test_the_lesson_asks_for_predictions_before_the_cells_that_answer_them():
     """Issue 23, §5: the walkthrough's peaks and the real ranks' bytes are predicted before they print."""
-    cells = _cells("notebooks/03_zero.ipynb")
-    ids = list(cells)
+    lesson = cells("notebooks/03_zero.ipynb")
+    ids = list(lesson)
     for prompt, answer in [("l3-peak-predict", "94997e7d"), ("ad2fc8db", "a7f1e862")]:
-        assert "**Predict, then run.**" in "".join(cells[prompt]["source"])
+        assert "**Predict, then run.**" in "".join(lesson[prompt]["source"])
         assert ids.index(answer) == ids.index(prompt) + 1
