@@ -99,28 +99,9 @@ def test_grader_lets_the_stub_error_through():
 
 
 def test_bucketing_grader_accepts_the_reference_and_rejects_mistakes(capsys):
+    from learner_answers import BucketReadiness, assign_buckets  # written out: simlab's own is refused
+
     from simlab.grading.data_parallel import BOUNDARY_CASES, check_bucketing
-
-    def assign_buckets(sizes, cap):  # written out: simlab's own is refused (issue 23)
-        buckets, current, used = [], [], 0
-        for i in reversed(range(len(sizes))):
-            if current and used + sizes[i] > cap:
-                buckets, current, used = buckets + [current], [], 0
-            current, used = current + [i], used + sizes[i]
-        return buckets + ([current] if current else [])
-
-    class BucketReadiness:
-        def __init__(self, buckets):
-            self.buckets, self.launched = buckets, 0
-            self.bucket_of = {p: b for b, params in enumerate(buckets) for p in params}
-            self.pending = [len(params) for params in buckets]
-
-        def mark_ready(self, p):
-            self.pending[self.bucket_of[p]] -= 1
-            start = self.launched
-            while self.launched < len(self.buckets) and self.pending[self.launched] == 0:
-                self.launched += 1
-            return list(range(start, self.launched))
 
     check_bucketing(assign_buckets, BucketReadiness)
     assert capsys.readouterr().out.startswith(f"DDP bucketing: ✓ {20 + len(BOUNDARY_CASES)} model/cap cases")

@@ -12,6 +12,8 @@ import pytest
 
 matplotlib.use("Agg")
 
+from learner_answers import one_f_one_b as one_f_one_b_by_hand  # noqa: E402 — after matplotlib.use("Agg")
+
 from simlab import i18n  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.grading.pipeline import (  # noqa: E402 — after matplotlib.use("Agg")
     BROKEN_ONE_F_ONE_B,
@@ -188,18 +190,6 @@ def _gpipe_order(p, m):
     return [[Action(r, "F", j) for j in range(m)] + [Action(r, "B", j) for j in range(m)] for r in range(p)]
 
 
-def _one_f_one_b_by_hand(p, m):
-    """A right answer, written out (the check refuses simlab's own generator): warm-up, 1F + 1B, cool-down."""
-    out = []
-    for r in range(p):
-        w = min(p - r - 1, m)
-        acts = [Action(r, "F", j) for j in range(w)]
-        for j in range(m - w):
-            acts += [Action(r, "F", w + j), Action(r, "B", j)]
-        out.append(acts + [Action(r, "B", j) for j in range(m - w, m)])
-    return out
-
-
 @pytest.mark.parametrize("fn, chinese_reason", [
     (_one_at_a_time, "有的 rank 等待得比 1F1B 里更久"),
     (_gpipe_order, "每个 rank 应当是 min(p-r, m) = [4, 3, 2, 1]：有一个反向来得比它能做到的更晚"),
@@ -211,7 +201,7 @@ def test_a_wrong_1f1b_is_refused_with_its_reason_in_chinese(fn, chinese_reason, 
 
 
 def test_the_right_1f1b_passes_in_chinese(capsys):
-    english, chinese = graded_in_both(check_one_f_one_b, _one_f_one_b_by_hand, capsys=capsys)
+    english, chinese = graded_in_both(check_one_f_one_b, one_f_one_b_by_hand, capsys=capsys)
     assert chinese == "1F1B 调度: ✓ 10 组 (p, m)：有效，顺序与 Megatron 一致，气泡 (p-1)/(m+p-1)，峰值激活 min(p-r, m)"
     assert numbers(chinese) == numbers(english)
 

@@ -8,6 +8,7 @@ multiple of 3 elements, so every rank sends 2·2/3 · 4,248 = 5,664 bytes. Lesso
 import re
 
 import pytest
+from learner_answers import BucketReadiness  # tests/learner_answers.py: right answers written out
 from notebook_cells import texts  # tests/notebook_cells.py: one reader of stored notebooks
 
 from simlab.grading.data_parallel import (
@@ -94,21 +95,7 @@ def _assign(sizes, cap):
     return _pack(reversed(range(len(sizes))), sizes, cap)
 
 
-class Ready:
-    """The launch rule by hand: a bucket starts once its gradients are all ready and every earlier one started."""
-
-    def __init__(self, buckets):
-        self.buckets = buckets
-        self.bucket_of = {p: b for b, params in enumerate(buckets) for p in params}
-        self.pending = [len(params) for params in buckets]
-        self.launched = 0
-
-    def mark_ready(self, p):
-        self.pending[self.bucket_of[p]] -= 1
-        start = self.launched
-        while self.launched < len(self.buckets) and self.pending[self.launched] == 0:
-            self.launched += 1
-        return list(range(start, self.launched))
+Ready = BucketReadiness  # the launch rule by hand (tests/learner_answers.py)
 
 
 def _grade(capsys, assign, ready=Ready):
