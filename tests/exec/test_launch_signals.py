@@ -17,6 +17,8 @@ import simlab.exec.launch_signals as S
 from simlab.exec.launch import LaunchTimeout, launch
 from simlab.exec.launch_device import rendezvous_host
 
+from .test_launch import ORPHAN_SCRIPT  # a launch of 2 workers that record their pids, then sleep
+
 REPO = pathlib.Path(L.__file__).resolve().parents[2]
 MARGIN = 1.5  # seconds past the timeout: stopping the workers, on a busy 2-core machine
 
@@ -98,25 +100,11 @@ def test_a_rendezvous_that_cannot_complete_ends_within_the_timeout(monkeypatch, 
 
 # ---------------------------------------------------------------- signals from outside
 
-RUN_SCRIPT = """
-import os, sys, time
-from simlab.exec.launch import launch
-
-def fn(rank, world_size, folder):
-    with open(f"{folder}/tmp{rank}", "w") as f:
-        f.write(str(os.getpid()))
-    os.rename(f"{folder}/tmp{rank}", f"{folder}/pid{rank}")
-    time.sleep(60)
-
-launch(fn, 2, sys.argv[1], timeout=120)
-"""
-
-
 def _start_run(tmp_path):
     """A launch in a process of its own, its temp directory `tmp_path/tmp`; returns it and its workers' pids."""
     (tmp_path / "tmp").mkdir()
     script = tmp_path / "run.py"
-    script.write_text(RUN_SCRIPT)
+    script.write_text(ORPHAN_SCRIPT)
     env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(tmp_path / "tmp"))
     parent = subprocess.Popen([sys.executable, str(script), str(tmp_path)], env=env,
                               preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in S.CAUGHT])
