@@ -96,3 +96,13 @@ def test_refusals_are_one_line(argv, message, rejected):
 def test_an_unwritable_out_is_refused_before_the_search(rejected, tmp_path):
     rejected(["plan", "--model", "llama3-8b", "--global-batch", "8", "--emit", "megatron", "--out",
               str(tmp_path / "missing" / "dir" / "x.sh")], "--out=")
+
+
+def test_the_search_for_a_framework_keeps_the_bucket_given():
+    """--bucket is the framework's setting: the search for DeepSpeed's fastest plan runs with it, and the file
+    is the one written for that plan."""
+    model, c = PRESETS["llama3-8b"], cluster("h100-80gb", gpus=8)
+    found = best_expressible("deepspeed", model, c, 32, bucket=(50_000_000, 500_000_000), zero=3)
+    assert found["best"]["config"]["bucket"] == [50_000_000, 500_000_000]
+    assert found["text"] == emit("deepspeed", model, c, 32, found["plan"])
+    assert json.loads(found["text"])["zero_optimization"]["stage3_prefetch_bucket_size"] == 50_000_000

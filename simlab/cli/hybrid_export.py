@@ -78,6 +78,8 @@ def emit_plan(args, model, c, out: dict, fixed: dict, bucket: tuple = ()) -> dic
     from ..sim.hybrid import Plan
     if "config" in out:
         row, note = out, None
+        plan = Plan(**row["config"], precision=args.precision)
+        text = emit(args.emit, model, c, args.global_batch, plan)
     else:
         found = best_expressible(args.emit, model, c, args.global_batch, precision=args.precision,
                                  attention=args.attention, bucket=bucket, **fixed)
@@ -88,8 +90,7 @@ def emit_plan(args, model, c, out: dict, fixed: dict, bucket: tuple = ()) -> dic
         note = (None if found["overall_refused"] is None else
                 f"{args.emit} cannot run the best plan ({found['overall_refused']}); exported the fastest plan it "
                 f"can run, {found['slower']:.2f}× the best's step time")
-    plan = Plan(**row["config"], precision=args.precision)
-    text = emit(args.emit, model, c, args.global_batch, plan)
+        plan, text = found["plan"], found["text"]  # written once, when best_expressible tried it
     for line in ([note] if note else []) + ([] if row["fits"] else [
             "warning: this plan does not fit in the GPU's memory; exported as asked"]):
         print(f"simlab plan: {line}", file=sys.stderr)

@@ -10,6 +10,8 @@ not a searched knob, so the search runs once per overlap setting and the fastest
 """
 from __future__ import annotations
 
+import json
+
 from .._checks import check_choice, check_int
 from ..i18n import _
 from ..sim.advisor import search
@@ -22,38 +24,44 @@ def best_expressible(target: str, model, cluster, global_batch: int, precision: 
                      attention: str = "flash", bucket: tuple = (), scan: int = 400, **fixed) -> dict:
     """The fastest fitting plan `target` accepts, among the `scan` fastest of each overlap setting.
 
-    Returns "best" (the advisor's row for it, or None), "plan" (its `Plan`), "overall" (the advisor's best
+    Returns "best" (the advisor's row for it, or None), "plan" (its `Plan`), "text" (the framework's file for
+    it), "overall" (the advisor's best
     under any setting), "overall_refused" (the one-line reason `target` gives for the overall best, or None if
     it accepts it), "slower" (best's step time / overall's) and "scanned" (plans tried)."""
     from . import TARGETS, emit
     check_choice("target", target, TARGETS)
     check_int("scan", scan, 1, 10_000)
-    overall, best, tried = None, None, 0
+    outcomes = {}  # plan → (the framework's text, None) or (None, its one-line refusal): each plan tried once
+
+    def attempt(row) -> tuple:
+        key = json.dumps(row["config"], sort_keys=True)
+        if key not in outcomes:
+            try:
+                outcomes[key] = (emit(target, model, cluster, global_batch,
+                                      Plan(**row["config"], precision=precision)), None)
+            except ValueError as err:
+                outcomes[key] = (None, str(err))
+        return outcomes[key]
+
+    overall, best, text, tried = None, None, None, 0
     for overlap in OVERLAP_SETTINGS:
         found = search(model, cluster, global_batch, precision=precision, top=scan, attention=attention,
-                       overlap=overlap, **fixed)
+                       overlap=overlap, bucket=bucket, **fixed)
         for row in found["candidates"]:
             if overall is None or row["step_seconds"] < overall["step_seconds"]:
                 overall = row
             if best is not None and row["step_seconds"] >= best["step_seconds"]:
                 break  # ranked by time: nothing later in this list beats the plan already accepted
             tried += 1
-            try:
-                emit(target, model, cluster, global_batch, Plan(**row["config"], precision=precision))
-            except ValueError:
-                continue
-            best = row
-            break
+            accepted, _refusal = attempt(row)
+            if accepted is not None:
+                best, text = row, accepted
+                break
     if overall is None:
-        return {"best": None, "plan": None, "overall": None, "overall_refused": None, "slower": None,
-                "scanned": tried}
-    try:
-        emit(target, model, cluster, global_batch, Plan(**overall["config"], precision=precision))
-        refused = None
-    except ValueError as err:
-        refused = str(err)
-    return {"best": best, "plan": Plan(**best["config"], precision=precision) if best else None,
-            "overall": overall, "overall_refused": refused,
+        return {"best": None, "plan": None, "text": None, "overall": None, "overall_refused": None,
+                "slower": None, "scanned": tried}
+    return {"best": best, "plan": Plan(**best["config"], precision=precision) if best else None, "text": text,
+            "overall": overall, "overall_refused": attempt(overall)[1],
             "slower": best["step_seconds"] / overall["step_seconds"] if best else None, "scanned": tried}
 
 
