@@ -9,7 +9,8 @@ What it teaches: what a launcher really does before your first collective can ru
      whatever they started, and leaves nothing behind.
 
 Run a demo: python -m simlab.exec.launch   (prints each rank's all_reduce result)
-Under torchrun (RANK/WORLD_SIZE/MASTER_ADDR set) nothing is spawned: this process is one rank.
+Under torchrun (`launch_env.torchrun_worker`: its five variables, consistent) nothing is spawned: this
+process is one rank.
 Ended from outside (SIGTERM, SIGHUP, SIGKILL, a torchrun agent killed), a run still cleans up: launch_signals.py.
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from simlab._checks import check_choice, check_positive
-from simlab.exec import launch_device, launch_signals
+from simlab.exec import launch_device, launch_env, launch_signals
 
 # re-exported: every engine and parity run imports device and resolve_backend from here
 from simlab.exec.launch_device import BACKENDS, device, resolve_backend  # noqa: F401 — re-exported
@@ -62,8 +63,9 @@ def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="au
     gpus = launch_device.gpus_for(backend)  # rank r works on GPU r mod gpus (0: the CPU)
     timeout = check_positive("timeout", timeout)
     check_choice("start_method", start_method, START_METHODS)
-    if all(k in os.environ for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR")):
-        return _run_under_torchrun(fn, world_size, args, kwargs, backend, timeout)
+    worker = launch_env.torchrun_worker()  # torchrun's five variables, consistent; some of them: refused here
+    if worker is not None:
+        return _run_under_torchrun(fn, world_size, worker, args, kwargs, backend, timeout)
     method = _pick_start_method(start_method)
     if method != "fork":
         _check_picklable(fn, method)
@@ -231,8 +233,8 @@ def _teardown():
 
 # ---------------------------------------------------------------- started by torchrun
 
-def _run_under_torchrun(fn, world_size, args, kwargs, backend, timeout):
-    started = int(os.environ["WORLD_SIZE"])
+def _run_under_torchrun(fn, world_size, worker, args, kwargs, backend, timeout):
+    started = worker["world_size"]
     if started != world_size:
         raise ValueError(f"world_size={world_size}: torchrun started WORLD_SIZE={started} processes")
     if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's agent is our parent: end with it, not after it
@@ -240,7 +242,7 @@ def _run_under_torchrun(fn, world_size, args, kwargs, backend, timeout):
     created = not dist.is_initialized()  # a group the caller made is the caller's to destroy
     if created:
         if backend == "nccl" or os.environ.get("SIMLAB_DEVICE") == "cuda":
-            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)) % torch.cuda.device_count())
+            torch.cuda.set_device(worker["local_rank"] % torch.cuda.device_count())
         dist.init_process_group(backend, init_method="env://", timeout=datetime.timedelta(seconds=timeout))
     try:
         rank = dist.get_rank()
