@@ -18,6 +18,7 @@ the model's error (`advisor_explain`).
 """
 from __future__ import annotations
 
+import collections
 import itertools
 
 import numpy as np
@@ -188,6 +189,29 @@ def _ranked(k: Knobs, mem: dict, time: dict, fits) -> list[int]:
                                    time["step_seconds"])) if fits[i]]
 
 
+_EVALUATED: collections.OrderedDict = collections.OrderedDict()  # the last few questions and their answers
+
+
+def _evaluated(model: Transformer, c: Cluster, global_batch: int, fixed: tuple, attention: str, overlap: str,
+               bucket: tuple, precision: str):
+    """Every candidate plan and its memory, time and fit, for arguments already checked: `search`, `by_family` and
+    `fastest_of` on the same question (an explorer asks all of them at once) evaluate the plans once. Keyed by the
+    model's and cluster's repr (a GPU holds a dict, so it does not hash); the arrays are shared, so they are made
+    read-only."""
+    key = (repr(model), repr(c), global_batch, fixed, attention, overlap, bucket, precision)
+    if key not in _EVALUATED:
+        k = candidates(model, c, global_batch, dict(fixed), attention, overlap, bucket)
+        mem, time, fits = evaluate(model, c, global_batch, k, precision)
+        for a in (*k, *mem.values(), *time.values(), fits):
+            if isinstance(a, np.ndarray):
+                a.flags.writeable = False
+        _EVALUATED[key] = k, mem, time, fits
+        while len(_EVALUATED) > 2:  # each holds arrays for up to ~10⁵ plans (tens of MB)
+            _EVALUATED.popitem(last=False)
+    _EVALUATED.move_to_end(key)
+    return _EVALUATED[key]
+
+
 def search(model: Transformer, c: Cluster, global_batch: int, precision: str = "mixed", top: int = 10,
            attention: str = "flash", overlap: str = "dp,params", bucket: tuple = (), **fixed) -> dict:
     """Best plan, the next `top` - 1, rejected plans by reason, the explanation with its ties and notes.
@@ -197,11 +221,11 @@ def search(model: Transformer, c: Cluster, global_batch: int, precision: str = "
     for name, value in fixed.items():
         check_choice("constraint", name, FIXABLE)
         _check_fixed(name, value)
-    k = candidates(model, c, global_batch, fixed, attention, overlap, tuple(bucket))
+    k, mem, time, fits = _evaluated(model, c, global_batch, tuple(sorted(fixed.items())), attention, overlap,
+                                    tuple(bucket), precision)
     if len(k.tp) == 0:
         raise ValueError(f"global_batch={global_batch}: no layout of gpus={c.gpus} divides the batch, heads and "
                          f"layers evenly under the constraints {fixed or 'given'}")
-    mem, time, fits = evaluate(model, c, global_batch, k, precision)
     rejected = rejections(mem, fits, k, c)
     order = _ranked(k, mem, time, fits)
     best = describe(mem, time, fits, k, order[0], model) if order else None
@@ -228,8 +252,7 @@ def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str 
     for `render.hybrid_plans.draw_plan_memory` / `draw_time_breakdown`."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
     _settings(precision, attention, overlap, bucket)
-    k = candidates(model, c, global_batch, {}, attention, overlap, tuple(bucket))
-    mem, time, fits = evaluate(model, c, global_batch, k, precision)
+    k, mem, time, fits = _evaluated(model, c, global_batch, (), attention, overlap, tuple(bucket), precision)
     names = family_names(k).astype(str)
     out = {}
     for name in families if families is not None else dict.fromkeys(names):
@@ -247,8 +270,7 @@ def fastest_of(model: Transformer, c: Cluster, global_batch: int, groups: dict, 
     of the network, or a change of link, asks of the advisor at one search's cost."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
     check_choice("precision", precision, PRECISIONS)
-    k = candidates(model, c, global_batch, {})
-    mem, time, fits = evaluate(model, c, global_batch, k, precision)
+    k, mem, time, fits = _evaluated(model, c, global_batch, (), "flash", "dp,params", (), precision)
     order = _ranked(k, mem, time, fits)
     if not order:
         return {"best": None, **dict.fromkeys(groups)}

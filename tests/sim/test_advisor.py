@@ -151,3 +151,25 @@ def test_the_modern_practice_note_follows_a_tie_with_fsdp_under_tp_and_pp_not_th
     printed = {c["id"]: "".join("".join(o.get("text", "")) for o in c.get("outputs", []))
                for c in json.loads(lesson.read_text(encoding="utf-8"))["cells"]}
     assert "modern practice" in printed["l6-nodes-fast"] and "modern practice" not in printed["l6-nodes-slow"]
+
+
+def test_search_and_by_family_on_one_question_evaluate_the_plans_once(monkeypatch):
+    """The strategy explorer asks both at once: one evaluation of every plan serves them (read-only, so a caller
+    cannot change the other's answer), and another question is evaluated afresh."""
+    from simlab.sim import advisor
+    from simlab.sim.hardware import cluster as make_cluster
+    from simlab.sim.model import PRESETS as models
+
+    calls = []
+    real = advisor.evaluate
+    monkeypatch.setattr(advisor, "evaluate", lambda *a: calls.append(a[2]) or real(*a))
+    advisor._EVALUATED.clear()
+    model, c = models["llama2-7b"], make_cluster("a100-80gb", 8)
+    best = advisor.search(model, c, 64)["best"]
+    rivals = advisor.by_family(model, c, 64)
+    assert calls == [64] and best["step_seconds"] == min(r["step_seconds"] for r in rivals.values() if r["fits"])
+    k, mem, _time, _fits = next(iter(advisor._EVALUATED.values()))
+    with pytest.raises(ValueError):
+        mem["total"][0] = 0.0
+    advisor.search(model, c, 128)
+    assert calls == [64, 128]
