@@ -26,6 +26,7 @@ import numpy as np
 from .._checks import check_choice, check_int
 from .advisor_explain import explain, family, rejections, representative  # noqa: F401 — `family` is advisor's API too
 from .advisor_explain import families as family_names
+from .gpus import check_precision
 from .hardware import Cluster
 from .hybrid import (
     ATTENTION,
@@ -221,6 +222,7 @@ def search(model: Transformer, c: Cluster, global_batch: int, precision: str = "
     for name, value in fixed.items():
         check_choice("constraint", name, FIXABLE)
         _check_fixed(name, value)
+    check_precision(c.gpu, precision)
     k, mem, time, fits = _evaluated(model, c, global_batch, tuple(sorted(fixed.items())), attention, overlap,
                                     tuple(bucket), precision)
     if len(k.tp) == 0:
@@ -238,6 +240,7 @@ def search(model: Transformer, c: Cluster, global_batch: int, precision: str = "
 def evaluate_plan(model: Transformer, c: Cluster, global_batch: int, plan: Plan) -> dict:
     """One fully given plan (tp, pp and dp fixed), checked first: the CLI's `simlab plan` without search."""
     check_plan(model, plan, c.gpus, global_batch)
+    check_precision(c.gpu, plan.precision)
     mem, time = per_gpu(model, plan, global_batch), step(model, plan, c, global_batch)
     keys = ("params", "grads", "optimizer", "activations", "total")
     return {"config": plan.to_dict(), "fits": bool(fits(mem, c)), "bytes_per_gpu": {key: mem[key] for key in keys},
@@ -252,6 +255,7 @@ def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str 
     for `render.hybrid_plans.draw_plan_memory` / `draw_time_breakdown`."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
     _settings(precision, attention, overlap, bucket)
+    check_precision(c.gpu, precision)
     k, mem, time, fits = _evaluated(model, c, global_batch, (), attention, overlap, tuple(bucket), precision)
     names = family_names(k).astype(str)
     out = {}
@@ -270,6 +274,7 @@ def fastest_of(model: Transformer, c: Cluster, global_batch: int, groups: dict, 
     of the network, or a change of link, asks of the advisor at one search's cost."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
     check_choice("precision", precision, PRECISIONS)
+    check_precision(c.gpu, precision)
     k, mem, time, fits = _evaluated(model, c, global_batch, (), "flash", "dp,params", (), precision)
     order = _ranked(k, mem, time, fits)
     if not order:

@@ -102,6 +102,14 @@ class GPU:
         return replace(self, **changes)
 
 
+def check_precision(gpu: GPU, precision: str) -> None:
+    """FP8 needs FP8 tensor cores: on a part without them (an A100, a CPU) its GEMMs would silently run at the BF16
+    rate while its memory counted FP8's savings. Refused in one line naming the part."""
+    if precision == "fp8" and not gpu.peak_flops_fp8:
+        have = ", ".join(name for name, g in GPUS.items() if g.peak_flops_fp8)
+        raise ValueError(f"precision='fp8': {gpu.name} has no FP8 tensor cores; these do: {have}")
+
+
 def gemm_seconds(gpu: GPU, m, n, k, batch=1, fp8: bool = False, in_training: bool = True):
     """One (batched) GEMM (m×k)·(k×n): latency + 2mnk·batch / rate + bytes / HBM (16-bit; FP8 inputs 1 byte).
     `in_training=False`: a GEMM benchmarked alone, at mamf-finder's best rate."""

@@ -69,3 +69,19 @@ def test_a_collective_beside_compute_takes_ncclS_sms():
     assert GPUS["h100-80gb"].overlap_cost == pytest.approx(16 / 132)
     assert GPUS["a100-80gb"].overlap_cost == pytest.approx(16 / 108)
     assert GPUS["cpu-this-machine"].overlap_cost == 0
+
+
+@pytest.mark.parametrize("gpu", ["a100-80gb", "a100-40gb"])
+def test_fp8_on_a_part_without_fp8_tensor_cores_is_refused_in_one_line(gpu):
+    """It used to run its GEMMs at the BF16 rate while counting FP8's memory savings, silently."""
+    from simlab.sim.advisor import by_family, evaluate_plan, search
+    from simlab.sim.hardware import cluster
+    from simlab.sim.hybrid import Plan
+    from simlab.sim.model import PRESETS
+
+    c, model = cluster(gpu, 8), PRESETS["llama2-7b"]
+    for ask in (lambda: search(model, c, 64, precision="fp8"), lambda: by_family(model, c, 64, precision="fp8"),
+                lambda: evaluate_plan(model, c, 64, Plan(dp=8, precision="fp8"))):
+        with pytest.raises(ValueError, match=rf"^precision='fp8': {gpu} has no FP8 tensor cores; these do: h100"):
+            ask()
+    assert search(PRESETS["llama2-7b"], cluster("h100-80gb", 8), 64, precision="fp8")["best"] is not None
