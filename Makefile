@@ -33,6 +33,7 @@ $(BIN)/.installed: pyproject.toml tools/setup_torch.py
 setup: $(BIN)/.installed
 
 # Opens work/, your copy of the course (git-ignored; tools/learner_copy.py fills it, never overwrites it).
+# make lab LANG=zh (or a zh_* locale, or SIMLAB_LANG=zh) opens the Chinese course: notebooks/zh/00_start_here.ipynb
 lab: setup
 	@$(BIN)/python tools/lab.py $(LAB_ARGS)
 

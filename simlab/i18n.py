@@ -62,7 +62,13 @@ def language() -> str:
 
 
 def _(message: str) -> str:
-    """`message` in the language in force (gettext's lookup; English when the catalog has no entry)."""
+    """`message` in the language in force (gettext's lookup; English when the catalog has no entry). A simulator's
+    `simlab.sim.message.Message` (known by its template and fields: i18n imports no sim) is said by translating
+    its template and formatting its fields, each Message among them said the same way."""
+    template = getattr(message, "template", None)
+    if template is not None:
+        fields = {k: _(v) if hasattr(v, "template") else v for k, v in message.fields.items()}
+        return catalog(language()).gettext(template).format(**fields) if template else ""  # "": the .po header
     return catalog(language()).gettext(message)
 
 

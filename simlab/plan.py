@@ -63,7 +63,15 @@ class Transfer:
         r0 → r1 (+=) chunk 3 (8 B)
         r2 → r3 (=) chunk 1 (8 B)
         """
-        return f"r{self.src} → r{self.dst} {OP_SIGN[self.op]} chunk {self.chunk} ({self.nbytes} B)"
+        return self.template.format(**self.fields)
+
+    # a transfer is also a message (as sim's `Message`: its template and fields), so the layer that prints it says
+    # it in the reader's language with `simlab.i18n._(transfer)`; base itself never translates
+    template = "r{src} → r{dst} {sign} chunk {chunk} ({nbytes} B)"
+
+    @property
+    def fields(self) -> dict:
+        return {"src": self.src, "dst": self.dst, "sign": OP_SIGN[self.op], "chunk": self.chunk, "nbytes": self.nbytes}
 
 
 @dataclass(frozen=True)

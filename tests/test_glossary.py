@@ -2,6 +2,7 @@
 every term the course needs is there, each with an English term and a meaning, and what it quotes from the
 primer (原文：…) is in the primer word for word."""
 import importlib
+import json
 import re
 from pathlib import Path
 
@@ -32,16 +33,27 @@ def rows() -> list[list[str]]:
 def places(where: str) -> list[str]:
     """'lesson 2 · lessons 3–4 · `simlab.sim.x.f`' → ['lesson 2', 'lesson 3', 'lesson 4', 'simlab.sim.x.f']."""
     out = []
-    for first, last in re.findall(r"lessons? (\d)(?:–(\d))?", where):
-        out += [f"lesson {k}" for k in range(int(first), int(last or first) + 1)]
+    for first, b, last in re.findall(r"lessons? (\d)(b?)(?:–(\d))?", where):  # "lesson 5b" is lesson 5b, not 5
+        out += [f"lesson {first}b"] if b else [f"lesson {k}" for k in range(int(first), int(last or first) + 1)]
     return out + re.findall(r"`(simlab(?:\.\w+)+)`", where)
+
+
+def lesson_notebook(name: str, folder: str = "notebooks") -> Path | None:
+    """'lesson 2' → notebooks/02_….ipynb, 'lesson 5b' → notebooks/05b_….ipynb (None if there is none)."""
+    k = name.split()[1]
+    found = sorted((ROOT / folder).glob(f"{k.zfill(2 if k.isdigit() else 3)}_*.ipynb"))
+    return found[0] if found else None
+
+
+def prose(path: Path) -> str:
+    return " ".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+                    if c["cell_type"] == "markdown")
 
 
 def resolve(name: str) -> None:
     """Import the longest module prefix of a dotted name, then follow the attributes; raise if any is missing."""
     if name.startswith("lesson "):
-        k = int(name.split()[1])
-        assert list((ROOT / "notebooks").glob(f"{k:02d}_*.ipynb")), f"{name}: no notebooks/{k:02d}_….ipynb"
+        assert lesson_notebook(name), f"{name}: no notebooks/….ipynb"
         return
     parts = name.split(".")
     for cut in range(len(parts), 0, -1):
@@ -103,3 +115,97 @@ def test_quotes_from_the_primer_are_verbatim():
 def test_a_place_that_does_not_exist_is_caught(bad):
     with pytest.raises((AssertionError, AttributeError, ModuleNotFoundError)):
         resolve(bad)
+
+
+# ---- one Chinese word per term, everywhere a Chinese reader looks ---------------------------------------------
+
+# a variant the review found → (the English term's GLOSSARY row, the word GLOSSARY gives): each is a failure in any
+# zh notebook, solution or exercise (prose, teaching comments, what the cells print) and in any catalog entry
+VARIANTS = {
+    "总时间": ("makespan", "总耗时"),
+    r"(?<!闲置 / )(?<!闲置/)总时长": ("makespan", "总耗时 (总时长 only in 闲置 / 总时长, all ranks' time)"),
+    "挂钟": ("wall-clock time (a real run's)", "墙钟时间"),
+    "通道": ("lane", "泳道"),
+    "会合": ("rendezvous", "汇合"),
+    r"(?<![\w`/.-])trace(?![\w`-])": ("trace (Perfetto)", "追踪记录"),
+    r"(?<![\w`/._])advisor(?![\w`_])": ("the advisor (`simlab plan`)", "策略顾问"),
+    r"(?<![\w`/._{])blocks?(?![\w`_}])": ("block (a transformer layer, an MLP or attention under TP)", "模块"),
+    "逐个阶段|几个阶段": ("phase (of a DP step)", "环节"),  # a pipeline's 前一个阶段 is its stage
+}
+CJK_CHAR = re.compile(r"[\u4e00-\u9fff]")
+
+
+def _prose(text: str) -> str:
+    """Chinese prose as a reader sees it, without what is not ours to word: code spans and blocks, links' targets,
+    the primer's quoted words (> 原文：…) and English quoted inside Chinese ("Open trace file")."""
+    text = re.sub(r"```.*?```", "", text, flags=re.S)
+    text = re.sub(r"`[^`\n]*`", "", text)
+    text = re.sub(r"\]\([^)]*\)|<https?://[^>]*>|https?://\S+", "", text)
+    text = "\n".join(line for line in text.splitlines() if not re.match(r"\s*>\s*原文", line))
+    return re.sub(r"[\"“][A-Za-z][^\"”\n]*[\"”]|（[A-Za-z][^）\n]*[a-z]）", "", text)
+
+
+def chinese_places():
+    """(where, text) for every Chinese text shipped: markdown, comments and printed lines of the zh notebooks,
+    solutions and exercises, and every catalog entry."""
+    import json
+    out = []
+    for folder in ("notebooks/zh", "solutions/zh", "exercises/zh"):
+        for path in sorted((ROOT / folder).glob("*.ipynb")):
+            for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+                source = "".join(cell["source"])
+                where = f"{folder}/{path.name}:{cell['id']}"
+                if cell["cell_type"] == "markdown":
+                    out.append((where, _prose(source)))
+                    continue
+                comments = [c for line in source.splitlines() for c in re.findall(r"#\s*(.*)$", line)
+                            if CJK_CHAR.search(c)]
+                printed = ["".join(o.get("text", "")) for o in cell.get("outputs", [])]
+                out.append((where, _prose("\n".join(comments + [p for p in printed if CJK_CHAR.search(p)]))))
+    from simlab.i18n import entries
+    out += [(f"catalog: {k[:40]!r}", _prose(v)) for k, v in entries("zh").items() if k]
+    return out
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_no_chinese_text_uses_a_variant_the_glossary_replaces(variant):
+    english, word = VARIANTS[variant]
+    assert english in {r[0] for r in rows()}, f"GLOSSARY.md has no row {english!r}"
+    found = [f"{where}: …{m.group(0)}…" for where, text in chinese_places() for m in re.finditer(variant, text)
+             if CJK_CHAR.search(text)]
+    assert found == [], f"say {word} ({english!r} in GLOSSARY.md):\n" + "\n".join(found[:20])
+
+
+@pytest.mark.parametrize("variant, text", [
+    ("总时间", "这一步的总时间是 33"),
+    (r"(?<!闲置 / )(?<!闲置/)总时长", "**总时长**（makespan）是 33"),
+    ("挂钟", "真实的挂钟时间"),
+    ("通道", "每个设备有一条计算通道"),
+    ("会合", "各 rank 在键值存储处会合"),
+    (r"(?<![\w`/.-])trace(?![\w`-])", "下载真实 trace 的链接"),
+    (r"(?<![\w`/._])advisor(?![\w`_])", "与 advisor 的最佳方案打平"),
+    (r"(?<![\w`/._{])blocks?(?![\w`_}])", "每个 block 对一个张量做全归约"),
+    ("逐个阶段|几个阶段", "一步 DP，逐个阶段看"),
+])
+def test_each_variant_the_review_found_is_caught(variant, text):
+    assert re.search(variant, _prose(text))
+
+
+def test_what_is_not_ours_to_word_is_left_alone():
+    kept = _prose("命令行用 `--trace FILE` 写出（\"Open trace file\"）。\n> 原文：较少通信操作\n闲置 / 总时长")
+    assert not any(re.search(v, kept) for v in VARIANTS if "总时长" not in v or "闲置" not in kept)
+
+
+@pytest.mark.parametrize("row", rows(), ids=lambda r: r[0])
+def test_every_lesson_named_as_teaching_a_term_uses_it(row):
+    """'Where taught' is true: each lesson a row names says the term in its prose, in English (any of the row's
+    names: 'a (b)' or 'a — b' gives both, word-bounded) or, in its Chinese lesson, in Chinese (any alternative)."""
+    english, chinese, _meaning, where = row
+    names_en = [t.strip().strip("`").lower() for t in re.split(r" \(|\)|—|,|/|:", english) if len(t.strip()) > 1]
+    names_zh = [t for t in re.split(r"[/，,；;（()：\s…]|原文", chinese) if re.search(r"[\u4e00-\u9fff]", t)]
+    for lesson in (p for p in places(where) if p.startswith("lesson ")):
+        en = prose(lesson_notebook(lesson)).lower()
+        zh_path = lesson_notebook(lesson, "notebooks/zh")
+        zh = prose(zh_path) if zh_path else ""
+        said = any(re.search(rf"(?<![a-z]){re.escape(n)}", en) for n in names_en) or any(n in zh for n in names_zh)
+        assert said, f"{english}: {lesson} never says {names_en} or {names_zh}"

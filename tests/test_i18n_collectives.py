@@ -113,8 +113,8 @@ def test_the_graders_pass_lines_in_chinese(capsys):
     check_ring_all_gather(_my_ring_all_gather)
     check_bytes_prediction(64, fake_run(), rank=2)  # 10 float32 on 4 ranks: rank 2 sends 32 + 32 B
     out = capsys.readouterr().out.splitlines()
-    assert out[0].startswith("环形全收集计划: ✓ 18 种情形（1 到 8 个 rank")
-    assert out[1] == ("预测的发送字节数: ✓ 4 个 rank 中的 rank 2，S = 40 B：rank 2 真实发送了 64 B"
+    assert out[0].startswith("环形全收集计划：✓ 18 种情形（1 到 8 个 rank")
+    assert out[1] == ("预测的发送字节数：✓ 4 个 rank 中的 rank 2，S = 40 B：rank 2 真实发送了 64 B"
                       "（归约分散中 32 B，全收集中 32 B），与你的预测一致")
 
 
@@ -129,7 +129,7 @@ def test_each_wrong_answer_is_refused_with_its_reason_in_chinese(predicted, reas
     with pytest.raises(AssertionError):
         check_bytes_prediction(predicted, fake_run(), rank=2)
     line = capsys.readouterr().out
-    assert line.startswith(f"预测的发送字节数: ✗ 4 个 rank 中的 rank 2，S = 40 B: 你的答案是 {predicted!r}：")
+    assert line.startswith(f"预测的发送字节数：✗ 4 个 rank 中的 rank 2，S = 40 B：你的答案是 {predicted!r}：")
     assert all(reason in line for reason in reasons), line
 
 
@@ -139,7 +139,7 @@ def test_a_wrong_plan_is_refused_in_chinese(capsys):
     i18n.set_language("zh")
     with pytest.raises(AssertionError):
         check_ring_all_gather(broken)
-    assert capsys.readouterr().out == ("环形全收集计划: ✗ world_size=1, numel=3: start='all'：全收集开始时 rank r "
+    assert capsys.readouterr().out == ("环形全收集计划：✗ world_size=1, numel=3：start='all'：全收集开始时 rank r "
                                        "只持有自己那一块（'own'）\n")
 
 

@@ -196,13 +196,13 @@ def _gpipe_order(p, m):
 ])
 def test_a_wrong_1f1b_is_refused_with_its_reason_in_chinese(fn, chinese_reason, capsys):
     english, chinese = graded_in_both(check_one_f_one_b, fn, capsys=capsys, fails=True)
-    assert chinese.startswith("1F1B 调度: ✗ stages=4, microbatches=8: ") and chinese_reason in chinese
+    assert chinese.startswith("1F1B 调度：✗ stages=4, microbatches=8：") and chinese_reason in chinese
     assert numbers(chinese) == numbers(english)
 
 
 def test_the_right_1f1b_passes_in_chinese(capsys):
     english, chinese = graded_in_both(check_one_f_one_b, one_f_one_b_by_hand, capsys=capsys)
-    assert chinese == "1F1B 调度: ✓ 10 组 (p, m)：有效，顺序与 Megatron 一致，气泡 (p-1)/(m+p-1)，峰值激活 min(p-r, m)"
+    assert chinese == "1F1B 调度：✓ 10 组 (p, m)：有效，顺序与 Megatron 一致，气泡 (p-1)/(m+p-1)，峰值激活 min(p-r, m)"
     assert numbers(chinese) == numbers(english)
 
 
@@ -230,13 +230,13 @@ def test_a_valid_1f1b_in_another_order_is_told_where_megatrons_differs_in_chines
 ])
 def test_each_wrong_repair_is_refused_in_chinese(repair, chinese_reason, capsys):
     english, chinese = graded_in_both(check_repaired_schedule, repair, capsys=capsys, fails=True)
-    assert chinese.startswith("修复后的 1F1B 调度: ✗ stages=3, microbatches=4: ") and chinese_reason in chinese
+    assert chinese.startswith("修复后的 1F1B 调度：✗ stages=3, microbatches=4：") and chinese_reason in chinese
     assert numbers(chinese) == numbers(english)
 
 
 def test_the_repair_passes_and_the_stub_is_unanswered_in_chinese(capsys):
     english, chinese = graded_in_both(check_repaired_schedule, one_f_one_b(3, 4), capsys=capsys)
-    assert chinese == "修复后的 1F1B 调度: ✓ 有效，总耗时 18 = 1F1B 的总耗时，每个 rank 的峰值激活 [3, 2, 1]"
+    assert chinese == "修复后的 1F1B 调度：✓ 有效，总耗时 18 = 1F1B 的总耗时，每个 rank 的峰值激活 [3, 2, 1]"
     assert numbers(chinese) == numbers(english)
     with pytest.raises(NotImplementedError, match="^练习：请在上面的单元格里修好这些列表$"):
         check_repaired_schedule(BROKEN_ONE_F_ONE_B)
@@ -256,7 +256,7 @@ RIGHT = {"interleaved": [(V - 1) * P + 2 * (P - r - 1) + 1 for r in range(P)], "
 
 def test_a_right_prediction_passes_in_chinese(capsys):
     english, chinese = graded_in_both(check_peak_prediction, RIGHT, fake_pipeline_run, capsys=capsys)
-    assert chinese.startswith("每个 rank 的峰值激活，预测与真实运行对照: ✓ 交错式 [8, 6, 4] 个模型块单位，ZB-H1 [3, 3, 3] 个微批次")
+    assert chinese.startswith("每个 rank 的峰值激活，预测与真实运行对照：✓ 交错式 [8, 6, 4] 个模型块单位，ZB-H1 [3, 3, 3] 个微批次")
     assert numbers(chinese) == numbers(english)
 
 
@@ -272,7 +272,7 @@ def test_a_right_prediction_passes_in_chinese(capsys):
 def test_each_usual_wrong_prediction_gets_its_hint_in_chinese(name, guess, hint, capsys):
     predicted = RIGHT | {name: guess}
     english, chinese = graded_in_both(check_peak_prediction, predicted, fake_pipeline_run, capsys=capsys, fails=True)
-    assert chinese.startswith(f"每个 rank 的峰值激活，预测与真实运行对照: ✗ {name}: 你预测的是 {guess}；rank ")
+    assert chinese.startswith(f"每个 rank 的峰值激活，预测与真实运行对照：✗ {name}：你预测的是 {guess}；rank ")
     assert ("按模型块计数" if name == "interleaved" else "推迟了它的 W") in chinese and hint in chinese
     assert str(RIGHT[name]) not in chinese  # a hint, never the measured numbers
     assert numbers(chinese) == numbers(english)

@@ -155,7 +155,7 @@ def test_the_graders_lines_are_chinese(zh, real, capsys):
     with pytest.raises(AssertionError, match="每个 rank 的字节数"):
         check_forward_bytes(right * 2, real)
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["MLP 的拆分", "前向字节数", "MLP 的拆分", "MLP 的拆分", "前向字节数"]
+    assert [line.split("：")[0] for line in lines] == ["MLP 的拆分", "前向字节数", "MLP 的拆分", "MLP 的拆分", "前向字节数"]
     assert ["✓" in line for line in lines] == [True, True, False, False, False]
     assert "nn.Linear 把 A 转置存储" in lines[2] and "f 的前向是恒等" in lines[3]
     assert "f 对 dX 的全归约发生在反向" in lines[4]
@@ -175,8 +175,8 @@ def outputs(path: str, cell_id: str) -> str:
     ("notebooks/{}05_tensor_parallel.ipynb", "d4abf418", "前向：1 次集合通信，每个 rank 发送 384 B", "forward: 1 collective"),
     ("notebooks/{}05_tensor_parallel.ipynb", "a8c68087", "真实运行，4 个进程：前向全归约 ×1", "real run, 4 processes"),
     ("notebooks/{}05_tensor_parallel.ipynb", "ff4c37e5", "▶ 运行这个单元格，获得拆分探索器", "▶ run this cell"),
-    ("solutions/{}05_tensor_parallel.ipynb", "3138e8d3", "RowParallelLinear: ✓ TP 大小为 1、2、4", "TP sizes 1, 2, 4"),
-    ("solutions/{}05_tensor_parallel.ipynb", "l5-check-bytes", "前向字节数: ✓ 每个 rank 432 B", "forward bytes: ✓"),
+    ("solutions/{}05_tensor_parallel.ipynb", "3138e8d3", "RowParallelLinear：✓ TP 大小为 1、2、4", "TP sizes 1, 2, 4"),
+    ("solutions/{}05_tensor_parallel.ipynb", "l5-check-bytes", "前向字节数：✓ 每个 rank 432 B", "forward bytes: ✓"),
 ])
 def test_the_zh_notebooks_store_chinese_where_simlab_prints(path, cell_id, chinese, english):
     assert chinese in outputs(path.format("zh/"), cell_id)

@@ -73,7 +73,7 @@ def test_every_primer_row_is_verbatim_and_points_at_its_lesson():
             assert chinese in text, f"not in the primer: {chinese}"
         path = notebook.strip("`")
         assert (ROOT / path).is_file(), path
-        assert Path(path).name.startswith(f"{int(lesson):02d}_"), (lesson, path)
+        assert Path(path).name.startswith(f"{lesson.zfill(2) if lesson.isdigit() else lesson.zfill(3)}_"), (lesson, path)
 
 
 def test_every_lesson_is_reached_from_the_primer_table():
@@ -233,3 +233,20 @@ def test_the_ring_steps_printed_and_quoted_are_the_closed_forms():
     r0_chunk0 = re.search(r"rank 0's chunk 0, `\[(\d+) (\d+)\]`, is the sum of the four ranks' chunk 0", read)
     assert [int(v) for v in r0_chunk0.groups()] == totals[0]
     assert re.findall(r"\[[\d ]+\]", rows[0].split("│")[0])[0] == "[{} {}]".format(*totals[0])
+
+
+def test_the_first_real_multi_process_result_comes_within_200_words():
+    """Issue 23 §5: it came about 700 words in. The first cell that starts processes now follows the title's
+    first paragraph, and what it printed is the all-reduce of every rank's number."""
+    words, first = 0, None
+    for cell in cells():
+        if cell.cell_type == "code" and "launch(" in cell.source:
+            first = cell
+            break
+        if cell.cell_type == "markdown":
+            words += len(re.findall(r"[A-Za-z0-9']+", cell.source))
+    assert first is not None and first.id == "l0-first-run" and words <= 200, words
+    rows = [line.split() for line in printed("l0-first-run").splitlines()[1:] if line.strip()]
+    world = len(rows)
+    assert world == 4 and [int(r[0]) for r in rows] == list(range(world))
+    assert all(int(r[1]) == world and int(r[2]) == sum(range(world)) for r in rows)

@@ -18,11 +18,16 @@ The English notebooks stay the source. Each translated notebook has one file, i1
         en_sha: 7d3e1f0c2a9b
         comments:
           "# (times differ from run to run)": "# （每次运行的时间都不同）"
+        code:                         # … and what it prints: its literals, and simlab's Messages said with _()
+          '"measured:"': '"实测："'
+          "print(problem)": "print(_(problem))"
 
 A generated notebook is the English one with every markdown cell replaced by its translation, code cells
-unchanged but for the comments mapped, and one first cell that sets the language (`simlab.set_language`), so
-what the package prints (figure titles, text tables, grader lines) is Chinese too. Problems `--check` finds,
-as `make_exercises.py --check` does for exercises/:
+unchanged but for the comments and `code` pieces mapped, and one first cell that sets the language
+(`simlab.set_language`) and imports `_`, so what the package prints (figure titles, text tables, grader lines)
+is Chinese too. A `code` piece may change only string literals (labels, table keys, titles) and wrap values in
+`_()` (a simulator's Message, a Transfer, a phase's name): `same_code` holds every mapping to that. Problems
+`--check` finds, as `make_exercises.py --check` does for exercises/:
 - drift: an English cell changed after its translation (en_sha differs) — re-translate, then update en_sha;
 - missing: a markdown cell with no translation; orphan: a translation of a cell that no longer exists;
 - stale: a generated notebook whose cells differ from what this tool writes now, or not run (a code cell
@@ -33,9 +38,11 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import io
 import os
 import re
 import sys
+import tokenize
 from pathlib import Path
 
 import nbformat
@@ -49,8 +56,63 @@ I18N = ROOT / "i18n" / "zh"
 FOLDERS = ("notebooks", "solutions")
 LANGUAGE_CELL_ID = "zh-language"
 # the first cell of every Chinese notebook: what simlab prints from here on is Chinese
-LANGUAGE_CELL = 'import simlab\n\nsimlab.set_language("zh")  # 图表标题、文字表格与评分信息都改用中文'
+LANGUAGE_CELL = ('import simlab\nfrom simlab.i18n import _  # _(x)：把 simlab 返回的英文消息说成中文\n\n'
+                 'simlab.set_language("zh")  # 图表标题、文字表格与评分信息都改用中文')
+SAID = re.compile(r"^_\((.*)\)$")  # an f-string field said in the reader's language: `{_(key)}`
 LINK = re.compile(r"\]\((?!https?:|#|mailto:)([^)#\s]+)")
+
+
+def code_tokens(source: str) -> list[str]:
+    """A cell's code without its comments and string literals (f-strings' text too) and with every `_(…)` call
+    unwrapped to its argument: two cells with the same tokens differ only in what they say, not in what they do."""
+    skip = {tokenize.COMMENT, tokenize.STRING, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT,
+            tokenize.ENDMARKER, *(getattr(tokenize, n) for n in ("FSTRING_START", "FSTRING_MIDDLE", "FSTRING_END")
+                                  if hasattr(tokenize, n))}
+    tokens = []
+    for t in _tokens(source):
+        if t.type == tokenize.STRING and "f" in t.string.split(t.string[-1])[0].lower():  # an f-string (3.11)
+            # its fields' code, in any order (a translation may reorder them): `{_(x)}` reads as `{x}`, a literal
+            # `{'stage':<12}` as any text, and widths are layout
+            tokens += sorted("{%s!%s}" % ("''" if field[0] in "'\"" else SAID.sub(r"\1", field), conv)
+                             for _text, field, _spec, conv in _fields(t.string) if field)
+        elif t.type not in skip:
+            tokens.append(t.string)
+    out, brackets = [], []  # per open bracket: whether it opened a `_(` call (its ")" is dropped too)
+    for i, tok in enumerate(tokens):
+        if tok == "_" and i + 1 < len(tokens) and tokens[i + 1] == "(":
+            continue
+        if tok in "([{":
+            brackets.append(tok == "(" and i > 0 and tokens[i - 1] == "_")
+            if brackets[-1]:
+                continue
+        elif tok in ")]}" and brackets and brackets.pop():
+            continue
+        out.append(tok)
+    return out
+
+
+def _tokens(source: str):
+    """Python's tokens of `source`, which may be a piece of a statement (an unclosed bracket ends it)."""
+    try:
+        yield from tokenize.generate_tokens(io.StringIO(source).readline)
+    except tokenize.TokenError:  # "EOF in multi-line statement": every token before it was already given
+        return
+
+
+def _fields(fstring: str):
+    """The (text, expression, spec, conversion) pieces of an f-string token's body: its expressions are code."""
+    import string
+    prefix = re.match(r"[a-zA-Z]*", fstring).group()
+    quote = fstring[len(prefix):][:3] if fstring[len(prefix):][:3] in ('"""', "'''") else fstring[len(prefix)]
+    return string.Formatter().parse(fstring[len(prefix) + len(quote):-len(quote)])
+
+
+def same_code(english: str, chinese: str) -> bool:
+    """Whether `chinese` is `english` with only literals, comments and `_()` wrappers changed."""
+    try:
+        return code_tokens(english) == code_tokens(chinese)
+    except (tokenize.TokenError, SyntaxError, ValueError):  # not whole Python: compare it as text
+        return english == chinese
 
 
 def en_sha(text: str) -> str:
@@ -114,6 +176,12 @@ def problems_of(path: Path, data: dict, english) -> list[str]:
         for english_comment in entry.get("comments") or {}:
             if english_comment not in cell.source:
                 out.append(f"{where}: drift: {cell_id} no longer has the comment {english_comment!r}")
+        for english_code, chinese in (entry.get("code") or {}).items():
+            if english_code not in cell.source:
+                out.append(f"{where}: drift: {cell_id} no longer has the code {english_code!r}")
+            elif not same_code(english_code, chinese):
+                out.append(f"{where}: {cell_id}: {chinese!r} changes more than literals, comments and _() around "
+                           f"{english_code!r}")
     for cell in english.cells:
         if cell.cell_type == "markdown" and cell.id not in data["cells"]:
             out.append(f"{where}: missing: no translation of markdown cell {cell.id}")
@@ -133,6 +201,8 @@ def generate(data: dict, english, previous=None):
         elif cell.cell_type == "code":
             for english_comment, chinese in (entry.get("comments") or {}).items():
                 cell.source = cell.source.replace(english_comment, chinese)
+            for english_code, chinese in (entry.get("code") or {}).items():  # literals, and Messages said
+                cell.source = cell.source.replace(english_code, chinese)
             old = kept.get(cell.id)
             same = old is not None and old.source == cell.source
             cell.outputs = old.outputs if same else []

@@ -3,6 +3,8 @@
 JupyterLab's own log is a screenful that later lines scroll away, so it goes to work/.lab.log and this
 script prints two lines once the server is up, the address last: `open http://localhost:8888/lab/tree/…?token=…`
 (with the port the server really took: JupyterLab moves on when the one asked for is busy).
+The Chinese course opens instead (notebooks/zh/00_start_here.ipynb) when asked: `make lab LANG=zh`, or a
+Chinese locale (LANG, LC_ALL or SIMLAB_LANG starting with "zh", e.g. zh_CN.UTF-8): `course_language`.
 Arguments are passed to `jupyter lab` (`make lab LAB_ARGS="--no-browser --ip=0.0.0.0 --port=8888"`);
 as root (containers) `--allow-root` is added, since JupyterLab refuses to start as root without it.
 
@@ -29,6 +31,27 @@ import learner_copy  # noqa: E402 — after sys.path gains tools/ (a sibling scr
 LOG = ".lab.log"  # in work/; hidden in JupyterLab's file browser (a dot file)
 # besides Ctrl-C (SIGINT): a `kill`, a closed terminal (Windows has no SIGHUP)
 STOPPING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+ZH_START = Path("notebooks/zh/00_start_here.ipynb")  # the Chinese course's start page (tools/build_zh.py)
+
+
+def course_language(env=os.environ) -> str:
+    """The course's language: "zh" when the learner asked for Chinese (SIMLAB_LANG, else LC_ALL, else LANG
+    starting with "zh": make lab LANG=zh, a zh_CN.UTF-8 locale), else "en". The first one set decides."""
+    for name in ("SIMLAB_LANG", "LC_ALL", "LANG"):
+        value = env.get(name, "").strip().lower()
+        if value:
+            return "zh" if value.startswith("zh") else "en"
+    return "en"
+
+
+def page_for(work: Path, language: str) -> Path:
+    """The page to open, relative to `work`: the Chinese start page for "zh" (where the copy has it), else the
+    English one (`learner_copy.start_page`)."""
+    if language == "zh" and (work / ZH_START).exists():
+        return ZH_START
+    return learner_copy.start_page(work)
 
 
 def lab_command(work: Path, page: Path, user_args: list[str], is_root: bool) -> list[str]:
@@ -109,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     work = root / learner_copy.WORK
     if learner_copy.main([]):
         return 1  # it said why, in one line
-    page = learner_copy.start_page(work)
+    page = page_for(work, course_language())
     from jupyter_core.paths import jupyter_runtime_dir  # the venv's: this runs as $(BIN)/python
     log = work / LOG
     command = lab_command(work, page, user_args, is_root=hasattr(os, "geteuid") and os.geteuid() == 0)

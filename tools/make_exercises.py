@@ -25,9 +25,13 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 STUB = 'raise NotImplementedError("exercise: write your answer here")'
+# a Chinese notebook (tools/build_zh.py writes metadata.simlab.language = "zh") gets its stub and prompt in Chinese
+STUBS = {"en": (STUB, "*Your answer here.*"),
+         "zh": ('raise NotImplementedError("练习：请在这里写下你的答案")', "*请在这里写下你的答案。*")}
 
 
-def strip_solutions(source: str, cell_type: str) -> str:
+def strip_solutions(source: str, cell_type: str, language: str = "en") -> str:
+    stub, prompt = STUBS[language]
     out, inside = [], False
     for line in source.split("\n"):
         if line.strip() == BEGIN:
@@ -35,7 +39,7 @@ def strip_solutions(source: str, cell_type: str) -> str:
                 raise ValueError(f"nested {BEGIN!r}")
             inside = True
             indent = re.match(r"\s*", line).group(0)
-            out.append(indent + STUB if cell_type == "code" else "*Your answer here.*")
+            out.append(indent + stub if cell_type == "code" else prompt)
         elif line.strip() == END:
             if not inside:
                 raise ValueError(f"{END!r} without {BEGIN!r}")
@@ -63,6 +67,7 @@ def gives_answer_away(cell) -> bool:
 
 def make_exercise(solution: Path) -> str:
     nb = nbformat.read(solution, as_version=4)
+    language = nb.metadata.get("simlab", {}).get("language", "en")
     answered = False  # from the first answer region on, outputs depend on the learner's answers
     for cell in nb.cells:
         answered = answered or BEGIN in cell.source
@@ -72,7 +77,7 @@ def make_exercise(solution: Path) -> str:
             if IGNORE_OUTPUT not in tags:
                 tags.append(IGNORE_OUTPUT)
         if BEGIN in cell.source:
-            cell.source = strip_solutions(cell.source, cell.cell_type)
+            cell.source = strip_solutions(cell.source, cell.cell_type, language)
     return nbformat.writes(nb) + "\n"
 
 

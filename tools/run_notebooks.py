@@ -7,6 +7,7 @@ back when the cell is run. Then exercises/ is regenerated from solutions/.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -29,8 +30,13 @@ def run(path: Path) -> None:
 
 
 def main(argv: list[str]) -> int:
-    paths = [Path(p).resolve() for p in argv] or sorted((ROOT / "notebooks").glob("*.ipynb")) + \
+    parser = argparse.ArgumentParser(description="Re-run lessons and solutions in place, then regenerate exercises/.")
+    parser.add_argument("paths", nargs="*", type=Path, help="notebooks to run (default: every lesson and solution)")
+    paths = [p.resolve() for p in parser.parse_args(argv).paths] or sorted((ROOT / "notebooks").glob("*.ipynb")) + \
         sorted((ROOT / "solutions").glob("*.ipynb"))
+    missing = [str(p) for p in paths if not p.is_file()]
+    if missing:
+        parser.error(f"no such notebook: {', '.join(missing)}")
     for path in paths:
         run(path)
     return make_exercises.main([])

@@ -10,6 +10,7 @@ and `bubble_ratio` = idle / busy, the (p-1)/m of Megatron-LM's paper and the Zer
 from __future__ import annotations
 
 from .._checks import check_int
+from ..i18n import _
 from ..sim.pipeline_schedules import SCHEDULES
 from .common import add_json, add_run_flags, add_training_flags, check_memory, check_run_flags, run_output
 
@@ -54,8 +55,9 @@ def cmd_schedule(args) -> dict:
            "peak_activations": pipeline.peak_activations(plan), "makespan": pipeline.makespan(trace)}
     if not args.json:
         print(pipeline_schedules.format_grid(plan))
-        print(f"makespan {out['makespan']:g}, bubble fraction {out['bubble_fraction']:.4f} (idle / total; "
-              f"ratio idle / ideal {out['bubble_ratio']:.4f}), peak activations per rank {out['peak_activations']}")
+        print(_("makespan {makespan:g}, bubble fraction {fraction:.4f} (idle / total; ratio idle / ideal {ratio:.4f}), "
+                "peak activations per rank {peaks}").format(makespan=out["makespan"], fraction=out["bubble_fraction"],
+                                                           ratio=out["bubble_ratio"], peaks=out["peak_activations"]))
         if args.gantt:
             print(gantt_text(trace, args.stages))
     return out

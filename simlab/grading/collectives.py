@@ -8,7 +8,7 @@ from ..i18n import _
 from ..plan import CollectivePlan, split_sizes
 from ..sim import collectives as reference
 from ..sim.collectives_stepper import PlanError, simulate
-from .common import fail, first_call
+from .common import fail, failed_line, first_call, passed
 
 GATHER_CASES = [(n, numel) for n in (1, 2, 3, 4, 5, 8) for numel in (3 * n, 3 * n + 1, n + 2)]
 # the code of every function that builds one of simlab's plans: calling any of them is delegating
@@ -67,15 +67,15 @@ def check_ring_all_gather(plan_fn, itemsize: int = 4) -> None:
         except NotImplementedError:
             raise
         except Exception as err:  # a student's bug: say which case, keep the traceback
-            print(f"{title}: ✗ {case}: " + _("raised {error}").format(error=f"{type(err).__name__}: {err}"))
+            print(failed_line(title, case, _("raised {error}").format(error=f"{type(err).__name__}: {err}")))
             raise
         if called:
             fail(title, case, _delegated(called))
         problem = _ring_all_gather_problem(plan, n, numel, itemsize)
         if problem:
             fail(title, case, problem)
-    print(f"{title}: ✓ " + _("{cases} cases (1 to 8 ranks, uneven sizes): n-1 steps, one chunk per rank per step, "
-                             "every rank ends with every chunk").format(cases=len(GATHER_CASES)))
+    passed(title, _("{cases} cases (1 to 8 ranks, uneven sizes): n-1 steps, one chunk per rank per step, "
+                    "every rank ends with every chunk").format(cases=len(GATHER_CASES)))
 
 
 def _gather_worker(rank: int, world_size: int, plan) -> dict:
@@ -116,7 +116,7 @@ def check_plan_runs_for_real(plan_fn, world_size: int = 4, numel: int = 10) -> N
     if diff != 0.0 or not same:
         fail(title, f"numel={numel}", _("max |ours - torch all_gather| = {diff}, trace matches simulator: "
                                         "{same}").format(diff=diff, same=same))
-    print(f"{title}: ✓ " + _("equals torch all_gather exactly; every transfer matches the simulator"))
+    passed(title, _("equals torch all_gather exactly; every transfer matches the simulator"))
 
 
 # ---- predict, then run: the bytes one rank sends in a real ring all-reduce ---------------------
@@ -195,5 +195,5 @@ def check_bytes_prediction(predicted, result, rank: int = 2) -> None:
     rs, ag = _half_bytes(plan, rank)
     halves = _(" ({rs} B in the reduce-scatter, {ag} B in the all-gather)").format(rs=rs, ag=ag) \
         if rs + ag == measured else ""
-    print(f"{title}: ✓ " + _("{case}: rank {rank} really sent {measured} B{halves}, as you predicted").format(
+    passed(title, _("{case}: rank {rank} really sent {measured} B{halves}, as you predicted").format(
         case=case, rank=rank, measured=measured, halves=halves))

@@ -8,14 +8,28 @@ from __future__ import annotations
 
 import sys
 
+from ..i18n import _
+
 
 class CheckFailed(AssertionError):
     """A wrong answer (its ✗ line has been printed)."""
 
 
+def passed(title: str, detail: str, case: str | None = None) -> None:
+    """Print a check's ✓ line: "title: ✓ detail" (or "title: ✓ case: detail"), its colons the language's own
+    (full-width "：" in Chinese)."""
+    print(_("{title}: ✓ {detail}").format(title=title, detail=detail) if case is None else
+          _("{title}: ✓ {case}: {detail}").format(title=title, case=case, detail=detail))
+
+
+def failed_line(title: str, case: str, reason: str) -> str:
+    """A check's ✗ line: "title: ✗ case: reason", its colons the language's own."""
+    return _("{title}: ✗ {case}: {reason}").format(title=title, case=case, reason=reason)
+
+
 def fail(title: str, case: str, reason: str):
     from ..exec.launch_watch import one_line_in_ipython
-    print(f"{title}: ✗ {case}: {reason}")
+    print(failed_line(title, case, reason))
     one_line_in_ipython(CheckFailed)
     raise CheckFailed(f"{case}: {reason}")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..i18n import N_, _
 from ..sim.data_parallel_buckets import BucketReadiness, assign_buckets, torch_rule_buckets
 from .collectives import call_watched
-from .common import fail
+from .common import fail, passed
 
 BUCKET_MODELS = {  # parameter bytes in module order (weight, bias, …), from real layer shapes; names shown via _()
     N_("tiny MLP 8-16-16-4"): [512, 64, 1024, 64, 256, 16],
@@ -129,8 +129,8 @@ def check_bucketing(assign_fn, readiness_cls) -> None:
                      _("launches differ from {expected}: {why}").format(
                          expected=expected, why=_launch_mistake(launches, want, order)))
         cases += 1
-    print(f"{title}: ✓ " + _("{cases} model/cap cases: buckets in reverse order under the cap, each launched "
-                             "when its last gradient is ready, in bucket order").format(cases=cases))
+    passed(title, _("{cases} model/cap cases: buckets in reverse order under the cap, each launched "
+                    "when its last gradient is ready, in bucket order").format(cases=cases))
 
 
 # ---------------------------------------------------------------- predict, then run
@@ -178,5 +178,5 @@ def check_ddp_prediction(predicted_buckets, predicted_bytes, real: dict, cap_byt
         reasons = [reason for wrong, reason in why if wrong == predicted_bytes]  # where two coincide, both
         fail(title, _("predicted {nbytes} bytes").format(nbytes=f"{predicted_bytes:,}"),
              _("not what rank 0 sent in one step: ") + (_("; or ").join(reasons) or _("sum 2(N-1)/N of each bucket's bytes")))
-    print(f"{title}: ✓ " + _("{n} bucket{s} and {sent} bytes from rank 0 per step, as the real run measured").format(
+    passed(title, _("{n} bucket{s} and {sent} bytes from rank 0 per step, as the real run measured").format(
         n=buckets, s="" if buckets == 1 else "s", sent=f"{sent:,}"))

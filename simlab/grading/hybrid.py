@@ -34,7 +34,7 @@ from ..sim.hybrid import Plan, check_plan
 from ..sim.hybrid_memory import per_gpu
 from ..sim.mesh import KINDS, Mesh
 from ..sim.model import PRESETS
-from .common import fail
+from .common import fail, passed
 from .hybrid_predict import PREDICTION_RUN, check_network_prediction, check_tp_bytes_prediction  # noqa: F401 — part B
 
 WITHIN = MODEL_ERROR  # a plan that ties with the best within the model's error passes: it cannot tell them apart
@@ -212,13 +212,13 @@ def check_choose(choose) -> None:
     failed = 0
     for key, budget in BUDGETS.items():
         plan, problem = _ask(choose, budget)
-        passed, line = _grade(key, plan) if plan is not None else (False, problem)
-        failed += not passed
-        print(f"{key}: {'✓' if passed else '✗'} {line}")
+        ok, line = _grade(key, plan) if plan is not None else (False, problem)
+        failed += not ok
+        print((_("{title}: ✓ {detail}") if ok else _("{title}: ✗ {detail}")).format(title=key, detail=line))
     if failed:
         fail(title, _("{n} of {total} budgets").format(n=failed, total=len(BUDGETS)), _("see the lines above"))
-    print(f"{title}: ✓ " + _("every budget fits and ties with the advisor's best, and choose never asked the model "
-                             "for a step time"))
+    passed(title, _("every budget fits and ties with the advisor's best, and choose never asked the model "
+                    "for a step time"))
 
 
 # Two ZeRO-3 plans for the 70B over Ethernet: the same family, the same memory order, a different DP group
@@ -257,8 +257,8 @@ def check_zero3_pair(dp_crosses, faster, decides) -> None:
         fail(title, "decides", _("not the part that differs most: both plans do the same FLOPs; which collective "
                                  "runs every micro-batch, and over which link?"))
     slow = "Q" if quick == "P" else "P"
-    print(f"{title}: ✓ " + _("{quick} is faster: {quick} {quick_s} s per step ({part} {quick_part} s), {slow} {slow_s} "
-                             "s ({part} {slow_part} s)").format(
+    passed(title, _("{quick} is faster: {quick} {quick_s} s per step ({part} {quick_part} s), {slow} {slow_s} "
+                    "s ({part} {slow_part} s)").format(
         quick=quick, slow=slow, part=most, quick_s=f"{runs[quick]['step_seconds']:.3g}",
         slow_s=f"{runs[slow]['step_seconds']:.3g}", quick_part=f"{runs[quick]['breakdown'][most]:.3g}",
         slow_part=f"{runs[slow]['breakdown'][most]:.3g}"))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from ..i18n import _
 from ..sim.mesh import KINDS
-from .common import fail
+from .common import fail, passed
 
 PREDICTION_GRID = {"dp": 2, "pp": 2, "tp": 2}
 # the lesson's small GPT with twice its hidden size (still 4 heads) and twice its micro-batches per replica
@@ -74,8 +74,8 @@ def check_network_prediction(crosses, busiest: str, run=None) -> None:
                                  "in every layer for every micro-batch, PP hands one activation over per stage "
                                  "boundary per micro-batch, DP reduces the gradients (ZeRO-1: reduce-scatters them "
                                  "and all-gathers the parameters) once per step").format(said=busiest))
-    print(f"{title}: ✓ " + _("across nodes of {n} GPUs ({nodes}) the {kinds} groups cross: {groups}; rank 0 sends the "
-                             "most on its {busiest} group").format(
+    passed(title, _("across nodes of {n} GPUs ({nodes}) the {kinds} groups cross: {groups}; rank 0 sends the "
+                    "most on its {busiest} group").format(
         n=GPUS_PER_NODE, nodes=nodes, kinds=_(" and ").join(sorted(across)),
         groups="; ".join(shown(k) for k in sorted(across)), busiest=busiest))
 
@@ -111,5 +111,5 @@ def check_tp_bytes_prediction(tp_bytes, run=None) -> None:
         fail(title, "tp_bytes", _("you said {said} B; that is not what rank 0 sent on its TP group in one step. "
                                   "{hint}").format(said=f"{tp_bytes:,.0f}" if tp_bytes == int(tp_bytes) else
                                                    f"{tp_bytes:,}", hint=_hint(tp_bytes, sent, set(counts) - {sent})))
-    print(f"{title}: ✓ " + _("you said {said} B; rank 0 sent exactly that on its TP group in one step").format(
+    passed(title, _("you said {said} B; rank 0 sent exactly that on its TP group in one step").format(
         said=f"{sent:,}"))

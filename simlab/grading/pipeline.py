@@ -16,7 +16,7 @@ from ..sim import pipeline_schedules
 from ..sim.pipeline import as_actions, bubble_fraction, makespan, peak_activations, simulate
 from ..sim.pipeline_check import validate
 from ..sim.pipeline_schedules import one_f_one_b
-from .common import fail, first_call
+from .common import fail, first_call, passed
 
 SCHEDULES_FILE = one_f_one_b.__code__.co_filename  # simlab's own generators, as their code names the file
 
@@ -64,7 +64,7 @@ def check_one_f_one_b(fn) -> None:
             fail(title, case, str(err))
         problems = validate(got, stages=p, microbatches=m)
         if problems:
-            fail(title, case, problems[0])
+            fail(title, case, _(problems[0]))  # the validator's Message, said in the reader's language
         bubble, closed = bubble_fraction(simulate(got, t_f=1.0, t_b=2.0), p), (p - 1) / (m + p - 1)
         if abs(bubble - closed) > 1e-9:
             fail(title, case, _("bubble {bubble}, closed form (p-1)/(m+p-1) = {closed}: some rank waits longer "
@@ -78,8 +78,8 @@ def check_one_f_one_b(fn) -> None:
         if got != want:
             fail(title, case, _("valid, with 1F1B's bubble and memory, but not Megatron's order: {difference}")
                  .format(difference=_first_difference(got, want)))
-    print(f"{title}: ✓ " + _("{cases} (p, m) cases: valid, Megatron's order, bubble (p-1)/(m+p-1), peak activations "
-                             "min(p-r, m)").format(cases=len(ONE_F_ONE_B_CASES)))
+    passed(title, _("{cases} (p, m) cases: valid, Megatron's order, bubble (p-1)/(m+p-1), peak activations "
+                    "min(p-r, m)").format(cases=len(ONE_F_ONE_B_CASES)))
 
 
 # ---------------------------------------------------------------- repair a broken 1F1B list
@@ -112,7 +112,7 @@ def check_repaired_schedule(schedule) -> None:
     if problems:
         more = _(" (and {more} more: print validate(...) to see all)").format(more=len(problems) - 1) \
             if len(problems) > 1 else ""
-        fail(title, case, problems[0] + more)
+        fail(title, case, _(problems[0]) + more)
     want = one_f_one_b(p, m)
     span, best = makespan(simulate(got)), makespan(simulate(want))
     if span > best + 1e-9:
@@ -125,7 +125,7 @@ def check_repaired_schedule(schedule) -> None:
         fail(title, case, _("valid and as fast as 1F1B, but rank {rank} holds {held} micro-batches' activations at "
                             "once, 1F1B only {bound}: a backward runs later than it could").format(
             rank=over, held=peaks[over], bound=bound[over]))
-    print(f"{title}: ✓ " + _("valid, makespan {span} = 1F1B's, peak activations {peaks} per rank").format(
+    passed(title, _("valid, makespan {span} = 1F1B's, peak activations {peaks} per rank").format(
         span=f"{span:g}", peaks=peaks))
 
 
@@ -205,9 +205,9 @@ def check_peak_prediction(predicted, run) -> None:
             fail(title, name, _("you predicted {guess}; rank {rank} really held {way} than that: {why}").format(
                 guess=guess, rank=r, way=way, why=_why_peak(name)) + _hint(name, guess))
     i, z = (runs[n]["measured_peak_activations"] for n in PREDICTED)
-    print(f"{title}: ✓ " + _("interleaved {interleaved} chunk units, ZB-H1 {zero_bubble} micro-batches, as measured: "
-                             "interleaving pays for its smaller bubble with a longer warm-up, ZB-H1 with the "
-                             "activations its deferred weight gradients keep").format(interleaved=i, zero_bubble=z))
+    passed(title, _("interleaved {interleaved} chunk units, ZB-H1 {zero_bubble} micro-batches, as measured: "
+                    "interleaving pays for its smaller bubble with a longer warm-up, ZB-H1 with the "
+                    "activations its deferred weight gradients keep").format(interleaved=i, zero_bubble=z))
 
 
 def _hint(name: str, guess: list[int]) -> str:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import warnings
 
 from ..i18n import N_, _
-from .common import fail
+from .common import fail, passed
 
 # re-exported: the exercise's predict-then-run checks, where they were imported from before they moved
 from .tensor_parallel_predict import MLP_RUN, check_forward_bytes, check_split_choice  # noqa: F401 — re-exported: the exercise and ARCHITECTURE cite them here
@@ -233,6 +233,6 @@ def check_row_parallel_linear(layer_cls, g, seed: int = 0) -> None:
         problem = _problem(ranks, ref, n)
         if problem:
             fail(TITLE, case, problem)
-    print(f"{TITLE}: ✓ " + _("TP sizes 1, 2, 4 on real processes: G sums forward and passes each rank's gradient "
-                             "through unchanged; the layer's output, dX, dW and db equal nn.Linear's within 1e-5; "
-                             "one all-reduce forward (g), none backward"))
+    passed(TITLE, _("TP sizes 1, 2, 4 on real processes: G sums forward and passes each rank's gradient "
+                    "through unchanged; the layer's output, dX, dW and db equal nn.Linear's within 1e-5; "
+                    "one all-reduce forward (g), none backward"))

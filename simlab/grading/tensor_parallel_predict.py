@@ -12,7 +12,7 @@ exercise's stub) raises NotImplementedError, like an unwritten answer.
 from __future__ import annotations
 
 from ..i18n import N_, _
-from .common import fail
+from .common import fail, passed
 
 # run_tp(**MLP_RUN); ffn = 4h. Not the lesson's shapes (8 tokens × hidden 8): its printed bytes must not be the answer
 MLP_RUN = {"world_size": 4, "block": "mlp", "batch": 2, "seq": 3, "hidden": 12, "ffn": 48}
@@ -85,9 +85,9 @@ def check_split_choice(fc1_dim, fc2_dim, reason, real) -> None:
     backward = [s["name"] for s in real["plan"] if s["phase"] == "backward" and s["collective"] == "all-reduce"]
     if backward != ["f"] or real["allreduce_calls_backward"] != 1 or real["allreduce_calls_forward"] != 1:
         fail(title, _("real run"), _("the real run's collectives are not the plan's: run run_tp(**MLP_RUN) again"))
-    print(f"{title}: ✓ " + _("fc1.weight cut along dim {fc1} (Megatron's A by columns), fc2.weight along dim {fc2} "
-                             "(B by rows); in backward f sums the partial dX: the real run on {n} processes counted "
-                             "one all-reduce forward (g) and one backward (f)").format(fc1=fc1_dim, fc2=fc2_dim, n=n))
+    passed(title, _("fc1.weight cut along dim {fc1} (Megatron's A by columns), fc2.weight along dim {fc2} "
+                    "(B by rows); in backward f sums the partial dX: the real run on {n} processes counted "
+                    "one all-reduce forward (g) and one backward (f)").format(fc1=fc1_dim, fc2=fc2_dim, n=n))
 
 
 def forward_bytes_sent(real) -> list[int]:
@@ -122,6 +122,6 @@ def check_forward_bytes(predicted, real) -> None:
                                                                            "all-reduce of Z (b·s, h), fp32"))
         fail(title, _("bytes per rank"), _("you said {said}, not what the real run's ranks sent in forward: "
                                            "{why}").format(said=f"{predicted:,}", why=_(why)))
-    print(f"{title}: ✓ " + _("{said} B per rank = 2(N−1)/N × Z's {z} B with N = {n}: the real run's ranks sent "
-                             "{measured} in forward").format(said=f"{predicted:,}", z=f"{z:,}", n=n,
+    passed(title, _("{said} B per rank = 2(N−1)/N × Z's {z} B with N = {n}: the real run's ranks sent "
+                    "{measured} in forward").format(said=f"{predicted:,}", z=f"{z:,}", n=n,
                                                              measured=measured))

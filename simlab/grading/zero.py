@@ -18,7 +18,7 @@ from ..sim.memory import (
     shard_numel,
     smallest_world_size,
 )
-from .common import fail, first_call
+from .common import fail, first_call, passed
 
 PAPER = {0: 120e9, 1: 31.40625e9, 2: 16.640625e9, 3: 1.875e9}  # ZeRO paper, Figure 1: Ψ=7.5B, N=64, K=12
 LAYERS_70B = [875_000_000] * 80  # a 70 B model as 80 equal layers (Llama-2-70B's depth); embeddings ignored
@@ -64,8 +64,8 @@ def check_zero_memory(fn) -> None:
             fail(title, f"psi={psi}, n_gpus={n}, stage={stage}",
                  _("{key}={got} but expected {want} (shards round up)").format(
                      key=wrong[0], got=got.get(wrong[0]), want=want[wrong[0]]))
-    print(f"{title}: ✓ " + _("the paper's 120 / 31.4 / 16.6 / 1.9 GB and {n} more cases (uneven shards round "
-                             "up)").format(n=len(cases)))
+    passed(title, _("the paper's 120 / 31.4 / 16.6 / 1.9 GB and {n} more cases (uneven shards round "
+                    "up)").format(n=len(cases)))
 
 
 def _gb(nbytes: float) -> str:
@@ -143,14 +143,14 @@ def check_fit_70b(stage, n_gpus, offload=False) -> None:
             need=_gb(need), best=_gpus(best), best_need=_gb(peak_per_gpu_bytes(LAYERS_70B, best, stage, offload))))
     fewer = best - 1
     if fewer and peak_per_gpu_bytes(LAYERS_70B, fewer, stage, offload) <= GPU_BYTES:  # the host is what binds
-        print(f"{title}: ✓ {case}: " + _("{need} per GPU at the peak and {host} of host memory per GPU (of "
-                                         "{cap}); {fewer} would need {fewer_host} of host memory each").format(
+        passed(title, _("{need} per GPU at the peak and {host} of host memory per GPU (of "
+                        "{cap}); {fewer} would need {fewer_host} of host memory each").format(
             need=_gb(need), host=_gb(host), cap=_gb(HOST_BYTES), fewer=_gpus(fewer),
-            fewer_host=_gb(_host(fewer, stage, offload))))
+            fewer_host=_gb(_host(fewer, stage, offload))), case)
         return
-    print(f"{title}: ✓ {case}: " + _("{need} per GPU at the peak, and {fewer} would need {fewer_need}").format(
+    passed(title, _("{need} per GPU at the peak, and {fewer} would need {fewer_need}").format(
         need=_gb(need), fewer=_gpus(fewer), fewer_need=_gb(peak_per_gpu_bytes(LAYERS_70B, fewer, stage, offload)))
-          + (_("; each GPU's host keeps {host}").format(host=_gb(host)) if offload else ""))
+          + (_("; each GPU's host keeps {host}").format(host=_gb(host)) if offload else ""), case)
 
 
 def check_bytes_prediction(predicted, real: dict, sizes, rank: int = 1) -> None:
@@ -168,8 +168,8 @@ def check_bytes_prediction(predicted, real: dict, sizes, rank: int = 1) -> None:
         fail(title, _("the real run"), _("is not the one asked about: pass the result of the cell's own "
                                          "run_zero(2, world_size=3, steps=1, …) for these sizes"))
     if predicted == measured:
-        print(f"{title}: ✓ " + _("{measured} B measured on the real run = (N-1)·ΣS·(4 + 4) with ΣS = {shards} "
-                                 "(each layer padded to a multiple of {n})").format(measured=measured, shards=shards,
+        passed(title, _("{measured} B measured on the real run = (N-1)·ΣS·(4 + 4) with ΣS = {shards} "
+                        "(each layer padded to a multiple of {n})").format(measured=measured, shards=shards,
                                                                                     n=n))
         return
     f32 = PRECISIONS["fp32"].grad  # the real run is fp32: 4-byte gradients and parameters

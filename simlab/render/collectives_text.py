@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections import Counter
 
 from ..i18n import N_, _
-from ..plan import OP_SIGN
 from .style import align, display_width, pad
 
 NOT_HELD = "·"
@@ -108,11 +107,15 @@ def header(step, plan) -> str:
         phase=phase_name(step, plan))
 
 
+# `Transfer.template` (base never translates, so its catalog entry is marked here)
+TRANSFER = N_("r{src} → r{dst} {sign} chunk {chunk} ({nbytes} B)")
+
+
 def transfer_line(t) -> str:
     """'r0 → r1 (+=) chunk 2 (8 B)': in English `Transfer`'s own text, so a transfer reads the same
-    everywhere; in another language the same notation with the word 'chunk' translated."""
-    return _("r{src} → r{dst} {sign} chunk {chunk} ({nbytes} B)").format(
-        src=t.src, dst=t.dst, sign=OP_SIGN[t.op], chunk=t.chunk, nbytes=t.nbytes)
+    everywhere; in another language the same notation with the word 'chunk' translated (`_` says a Transfer
+    as it says a simulator's Message: its template, then its fields)."""
+    return _(t)
 
 
 def _block(step, plan, show: str) -> list[str]:

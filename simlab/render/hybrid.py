@@ -62,7 +62,7 @@ def mesh_text(mesh, gpus_per_node: int, intra: str = "NVLink") -> str:
     head = _("{count} node{s} of {gpus} GPU{t}").format(count=count, s="s" * (count > 1), gpus=gpus_per_node,
                                                        t="s" * (gpus_per_node > 1))
     head += _(" ({slots} used)").format(slots=slots) if slots < gpus_per_node else ""
-    lines = mesh.to_text().splitlines() + [f"{head}: " + ", ".join(nodes)]
+    lines = _(mesh.to_text()).splitlines() + [_("{head}: {nodes}").format(head=head, nodes=", ".join(nodes))]  # the grid's sentences said here
     for kind in KINDS:
         if getattr(mesh, kind) == 1:  # every group is one rank: nothing to send
             lines.append(_("{kind} groups: size 1, no {kind} communication").format(kind=kind))
@@ -127,7 +127,7 @@ def draw_mesh(mesh, gpus_per_node: int, ax=None, title=None, intra: str = "NVLin
         (x0, y0), last = pos[n * slots], min(world, (n + 1) * slots) - n * slots - 1
         ax.add_patch(Rectangle((x0 - FRAME, y0 - FRAME), last * PITCH_X + 2 * FRAME, 2 * FRAME, facecolor="none",
                                edgecolor=FRAME_GREY, linestyle="--", linewidth=1, gid="node"))
-        ax.text(x0 - FRAME, y0 - FRAME - 0.03, f"node {n}", fontsize=0.8 * font, color=SOFT_INK, va="bottom")
+        ax.text(x0 - FRAME, y0 - FRAME - 0.03, _("node {n}").format(n=n), fontsize=0.8 * font, color=SOFT_INK, va="bottom")
     for r, (x, y) in enumerate(pos):
         c = mesh.coords(r)
         ax.add_patch(Rectangle((x - HALF_W, y - HALF_H), 2 * HALF_W, 2 * HALF_H, zorder=2, gid="rank",

@@ -49,14 +49,15 @@ def advisor_text(result: dict, top: int = 5, max_reasons: int = 8) -> str:
     widths = [max(len(row[c]) for row in table) for c in range(len(COLUMNS))]
     lines += ["  ".join(v.ljust(w) if COLUMNS[c] in TEXT_COLUMNS else v.rjust(w)
                         for c, (v, w) in enumerate(zip(row, widths))).rstrip() for row in table if shown]
-    lines += [_("why:")] + [f"  {line}" for line in result["explanation"]]
+    # the explanation, ties, notes and reasons are the simulator's Messages: said here in the reader's language
+    lines += [_("why:")] + [f"  {_(line)}" for line in result["explanation"]]
     if result.get("ties"):
-        lines += [f"  {tie_line(result['ties'])}"]
+        lines += [f"  {_(tie_line(result['ties']))}"]
     if result["notes"]:
-        lines += [_("notes:")] + [f"  {line}" for line in result["notes"]]
+        lines += [_("notes:")] + [f"  {_(line)}" for line in result["notes"]]
     if result["rejected"]:
         reasons = list(result["rejected"].items())
-        lines += [_("rejected:")] + [f"  {count:>6}  {reason}" for reason, count in reasons[:max_reasons]]
+        lines += [_("rejected:")] + [f"  {count:>6}  {_(reason)}" for reason, count in reasons[:max_reasons]]
         rest, more = reasons[max_reasons:], _("… for {n} more reasons").format(n=len(reasons[max_reasons:]))
         lines += [f"  {sum(c for _r, c in rest):>6}  {more}"] if rest else []
     return "\n".join(lines)
@@ -151,7 +152,7 @@ def hsdp_text(rows: list[dict]) -> str:
 def gather_text(rows: list[dict]) -> str:
     """`sim.hybrid_scenarios.gather_units`: ZeRO-3 alone, by how much it gathers at once."""
     names = {"layer": _("a whole layer"), "matrix": _("the layer's largest weight matrix"),
-             "advisor": _("the advisor's count (at most 1e9)")}
+             "advisor": _("the advisor's count (≤ 1e9, ≥ one matrix)")}
     return rows_table([{_("ZeRO-3 gathers at once"): names[r["unit"]], _("parameters"): f"{r['params']:,}",
                         _("fewest GB per GPU"): f"{r['bytes_per_gpu'] / GB:.1f}",
                         _("fits in {usable:.0f} GB usable").format(usable=r["usable"] / GB): _("yes") if r["fits"]

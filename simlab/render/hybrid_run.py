@@ -50,13 +50,13 @@ def run_text(result: dict) -> str:
     lines.append(_("losses and every parameter after the last step within {tolerance} of one process: {ok}").format(
         tolerance=f"{TOLERANCE:g}", ok=ok[diff <= TOLERANCE]))
     measured, predicted = result["bytes_sent_per_group"], result["predicted_bytes_per_group"]
-    rows = [{"rank": r, **{f"{k} bytes": measured[k][r] for k in KINDS},
-             "= model": ok[all(measured[k][r] == predicted[k][r] for k in KINDS)]}
+    rows = [{"rank": r, **{_("{kind} bytes").format(kind=k): measured[k][r] for k in KINDS},
+             _("= model"): ok[all(measured[k][r] == predicted[k][r] for k in KINDS)]}
             for r in range(result["world_size"])]
     lines += [_("bytes each rank sent per step, on each kind of group (measured; the model predicts the same):"),
               rows_table(rows)]
-    mem = [{"rank": r, **{k: m[k] for k in ("params", "grads", "optimizer")},
-            "= model": ok[m == p]} for r, (m, p) in enumerate(zip(result["measured_memory_per_rank"],
+    mem = [{"rank": r, **{_(k): m[k] for k in ("params", "grads", "optimizer")},
+            _("= model"): ok[m == p]} for r, (m, p) in enumerate(zip(result["measured_memory_per_rank"],
                                                                   result["predicted_memory_per_rank"]))]
     lines += [_("bytes of model states each rank holds (measured; the model predicts the same):"), rows_table(mem)]
     return "\n".join(line.rstrip() for line in "\n".join(lines).splitlines())

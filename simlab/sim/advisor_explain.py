@@ -5,27 +5,40 @@ Teaches that a prediction is worth only its validated error. `MODEL_ERROR` is th
 the published runs it is checked against (`simlab.sim.published`, a test holds the constant to the table):
 where a rival family's best plan is within it of the winner, the advisor says "tie within the model's error"
 and names the measurement that would decide — the part of the step where the two plans differ most.
+
+Every sentence here is a `simlab.sim.message.Message`: English as a string (the CLI's JSON, the tests), and said in
+the reader's language by the layer that prints it (`render.hybrid_advisor.advisor_text` through `simlab.i18n._`).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from .hybrid_memory import Knobs
+from .message import Message
 
 MODEL_ERROR = 0.12  # the median |error| of the model on the published runs (tests/sim/test_published.py)
-MODERN = ("modern practice differs from the primer here: on fast networks Llama 3 and TorchTitan shard the DP "
-          "dimension with FSDP (ZeRO-3) under TP and PP, hiding its per-micro-batch gathers behind compute; "
-          "compare the TP+PP+DP+ZeRO-3 line above")
-# what to measure when two plans differ most in this part of the step
-DECIDES = {"compute": "measure the GEMMs at these shapes (micro-batch and TP size) on your GPU",
-           "tp_comm": "measure the TP all-reduce on your NVLink",
-           "pp_p2p": "measure the point-to-point bandwidth between pipeline stages",
-           "pp_bubble": "measure the pipeline's bubble (stage balance and micro-batches)",
-           "dp_comm": "measure the DP all-gather and reduce-scatter on your network",
-           "overlap": "measure how much compute slows while collectives run beside it",
-           "offload": "measure PCIe and CPU Adam on your host", "optimizer": "time the optimizer step"}
+MODERN = Message("modern practice differs from the primer here: on fast networks Llama 3 and TorchTitan shard the DP "
+                 "dimension with FSDP (ZeRO-3) under TP and PP, hiding its per-micro-batch gathers behind compute; "
+                 "compare the TP+PP+DP+ZeRO-3 line above")
+# what to measure when two plans differ most in this part of the step (Messages: a renderer translates them)
+DECIDES = {"compute": Message("measure the GEMMs at these shapes (micro-batch and TP size) on your GPU"),
+           "tp_comm": Message("measure the TP all-reduce on your NVLink"),
+           "pp_p2p": Message("measure the point-to-point bandwidth between pipeline stages"),
+           "pp_bubble": Message("measure the pipeline's bubble (stage balance and micro-batches)"),
+           "dp_comm": Message("measure the DP all-gather and reduce-scatter on your network"),
+           "overlap": Message("measure how much compute slows while collectives run beside it"),
+           "offload": Message("measure PCIe and CPU Adam on your host"),
+           "optimizer": Message("time the optimizer step")}
 ALTERNATIVES = ("DDP", "DP+ZeRO-1", "DP+ZeRO-3", "DP+ZeRO-3 (HSDP)", "TP", "PP", "TP+PP", "TP+DP+ZeRO-3",
                 "TP+PP+DP", "TP+PP+DP+ZeRO-1", "TP+PP+DP+ZeRO-3", "single GPU + Offload")
+# the families named in words, not in the TP+PP+DP letters every language keeps: said through the catalog
+WORDED = {"single GPU": Message("single GPU"), "single GPU + Offload": Message("single GPU + Offload"),
+          "pure DP": Message("pure DP")}
+
+
+def worded(name: str) -> str:
+    """A family's name as a renderer shows it: a Message where it is words ("single GPU"), else as it is."""
+    return WORDED.get(name, name)
 
 
 def family(config: dict) -> str:
@@ -63,18 +76,21 @@ def rejections(mem: dict, fits, k: Knobs, c) -> dict:
     """{reason: count}. A family none of whose plans fit gets the least memory any of them would need
     ("pure DP: 142 GB > 73.5 GB usable"); where some fit, the rest are counted as settings that are too big."""
     gb = lambda b: f"{b / 1e9:.3g} GB"  # noqa: E731 — a local formatter
-    usable = f"{gb(c.gpu.usable_memory)} usable"
+    usable = gb(c.gpu.usable_memory)
     codes, names = family_codes(k)
     gpu_over = mem["total"] > c.gpu.usable_memory
     out, names = {}, np.array(names)
     for name in dict.fromkeys(names[np.unique(codes[~fits])]):  # one family name may stand for several codes
         mine = np.isin(codes, np.flatnonzero(names == name))
         if fits[mine].any():
-            reason = f"{name}: some micro-batch/recompute settings need more than {usable}"
+            reason = Message("{name}: some micro-batch/recompute settings need more than {usable} usable",
+                             name=worded(name), usable=usable)
         elif gpu_over[mine].all():
-            reason = f"{'pure DP' if name == 'DDP' else name}: {gb(mem['total'][mine].min())} > {usable}"
+            reason = Message("{name}: {need} > {usable} usable", name=worded("pure DP" if name == "DDP" else name),
+                             need=gb(mem["total"][mine].min()), usable=usable)
         else:
-            reason = f"{name}: host {gb((mem['cpu'][mine] * c.gpus_per_node).min())} > {gb(c.host_memory)} per node"
+            reason = Message("{name}: host {need} > {host} per node", name=worded(name),
+                             need=gb((mem["cpu"][mine] * c.gpus_per_node).min()), host=gb(c.host_memory))
         out[reason] = int((mine & ~fits).sum())
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
@@ -90,18 +106,20 @@ def representative(members, mem: dict, time: dict, fits) -> int:
 def _decider(time: dict, i: int, j: int) -> str:
     """The part of the step where plans i and j differ most, as a measurement to make."""
     part = max(time["breakdown"], key=lambda name: abs(time["breakdown"][name][i] - time["breakdown"][name][j]))
-    return DECIDES.get(part, f"measure {part}")
+    return DECIDES.get(part) or Message("measure {part}", part=part)
 
 
 def explain(best: dict | None, rejected: dict, mem: dict, time: dict, fits, k: Knobs, c, best_index) -> dict:
     """{"lines": why the best plan wins and why each obvious alternative loses, "ties": the families within
     MODEL_ERROR of the best (with what would decide), "notes": where the plan and today's practice part}."""
     if best is None:
-        return {"lines": ["nothing fits: " + (next(iter(rejected), "") or "no plan")], "ties": [], "notes": []}
+        return {"lines": [Message("nothing fits: {why}", why=next(iter(rejected), "") or Message("no plan"))],
+                "ties": [], "notes": []}
     total, parts = best["step_seconds"], best["breakdown"]
-    lines = [f"best: {family(best['config'])} — {total:.3g} s per step, MFU {best['mfu']:.0%}; time goes to "
-             + ", ".join(f"{name} {v / total:.0%}" for name, v in sorted(parts.items(), key=lambda kv: -kv[1])
-                         if v / total >= 0.01)]
+    lines = [Message("best: {family} — {seconds:.3g} s per step, MFU {mfu:.0%}; time goes to {parts}",
+                     family=worded(family(best["config"])), seconds=total, mfu=best["mfu"],
+                     parts=", ".join(f"{name} {v / total:.0%}" for name, v in
+                                     sorted(parts.items(), key=lambda kv: -kv[1]) if v / total >= 0.01))]
     codes, names = family_codes(k)
     ties, order = [], np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
@@ -117,11 +135,14 @@ def explain(best: dict | None, rejected: dict, mem: dict, time: dict, fits, k: K
         if alt not in ALTERNATIVES:
             continue
         if not fits[i]:
-            lines.append(f"{alt}: does not fit (needs {mem['total'][i] / 1e9:.0f} GB per GPU)")
+            lines.append(Message("{family}: does not fit (needs {gb:.0f} GB per GPU)", family=worded(alt),
+                                 gb=mem["total"][i] / 1e9))
             continue
         worst = max(time["breakdown"], key=lambda name: time["breakdown"][name][i] - parts[name])
-        lines.append(f"{alt}: {ratio:.2f}× slower, mostly {worst}" if ratio > 1 + MODEL_ERROR
-                     else f"{alt}: {ratio:.2f}×, a tie within the model's error (±{MODEL_ERROR:.0%})")
+        lines.append(Message("{family}: {ratio:.2f}× slower, mostly {part}", family=worded(alt), ratio=ratio,
+                             part=worst) if ratio > 1 + MODEL_ERROR else
+                     Message("{family}: {ratio:.2f}×, a tie within the model's error (±{error:.0%})",
+                             family=worded(alt), ratio=ratio, error=MODEL_ERROR))
     return {"lines": lines, "ties": ties, "notes": notes(best["config"], c, ties)}
 
 
@@ -129,9 +150,10 @@ def tie_line(ties: list) -> str:
     """One sentence: which families tie with the best, and what would decide between them."""
     if not ties:
         return ""
-    names = ", ".join(f"{t['family']} ({t['ratio']:.2f}×)" for t in ties[:4])
-    return (f"tie within the model's error (±{MODEL_ERROR:.0%}): {names}{' …' if len(ties) > 4 else ''}; "
-            f"to decide, {ties[0]['decide']}")
+    names = Message.listing(Message("{family} ({ratio:.2f}×)", family=worded(t["family"]), ratio=t["ratio"])
+                            for t in ties[:4])
+    return Message("tie within the model's error (±{error:.0%}): {names}{more}; to decide, {decide}",
+                   error=MODEL_ERROR, names=names, more=" …" if len(ties) > 4 else "", decide=ties[0]["decide"])
 
 
 def notes(config: dict, c, ties: list) -> list[str]:
@@ -139,8 +161,8 @@ def notes(config: dict, c, ties: list) -> list[str]:
     if c.gpus <= c.gpus_per_node:
         return []
     if config["zero"] == 3 and config["tp"] > 1:
-        return ["this is FSDP (ZeRO-3) + TP, as TorchTitan and Llama 3 train today; the primer's guide says "
-                "ZeRO, or PP+TP+DP, for many nodes on a fast network"]
+        return [Message("this is FSDP (ZeRO-3) + TP, as TorchTitan and Llama 3 train today; the primer's guide says "
+                        "ZeRO, or PP+TP+DP, for many nodes on a fast network")]
     fsdp_ties = any(t["family"].startswith("TP+PP+DP+ZeRO-3") for t in ties)
     if config["pp"] > 1 and config["dp"] > 1 and config["zero"] <= 1 and fsdp_ties:
         return [MODERN]

@@ -25,7 +25,8 @@ from .advisor_explain import MODEL_ERROR
 from .gpus import GPUS
 from .hardware import Cluster, cluster
 from .hybrid import STATE_BYTES, Plan
-from .hybrid_memory import ZERO3_UNIT
+from .hybrid_memory import zero3_unit
+from .message import Message
 from .model import PRESETS, Transformer
 
 GPT2 = Transformer("gpt2-124m", 12, 768, 12, seq=1024, vocab=50257)  # 124M parameters
@@ -49,9 +50,12 @@ class Scenario:
         return cluster(self.gpu, gpus=self.gpus, **self.cluster_args)
 
     def title(self) -> str:
+        """The question in one line (a Message: the renderer says it in the reader's language)."""
         net = self.cluster_args.get("inter_node_gbps")
-        where = f"{self.gpus} × {self.gpu}" + (f", {net:g} Gbit/s per node between nodes" if net else "")
-        return f"{self.model.name} ({self.model.params / 1e9:.3g}B parameters) on {where}, batch {self.global_batch}"
+        where = f"{self.gpus} × {self.gpu}" if not net else Message(
+            "{gpus} × {gpu}, {net:g} Gbit/s per node between nodes", gpus=self.gpus, gpu=self.gpu, net=net)
+        return Message("{model} ({billions:.3g}B parameters) on {where}, batch {batch}", model=self.model.name,
+                       billions=self.model.params / 1e9, where=where, batch=self.global_batch)
 
 
 SCENARIOS = (
@@ -151,7 +155,7 @@ def hsdp_comparison(s: Scenario = HSDP_CASE, gbps: tuple = HSDP_NETWORKS) -> lis
 
 def largest_matrix(model: Transformer) -> int:
     """Parameters of a layer's largest weight tensor: the fused QKV projection or one MLP matrix."""
-    return max(model.hidden * (model.hidden + 2 * model.kv_width), model.hidden * model.ffn_width)
+    return model.largest_matrix
 
 
 def gather_units(s: Scenario) -> list[dict]:
@@ -165,7 +169,7 @@ def gather_units(s: Scenario) -> list[dict]:
     mem, _time, _fits = evaluate(model, c, s.global_batch, k, "mixed")
     p_b, g_b, _o = STATE_BYTES["mixed"]
     per_param = p_b + g_b + k.overlap_params * p_b
-    counted = min(model.layer_params, ZERO3_UNIT)
+    counted = float(zero3_unit(model, 1))  # what the advisor's memory counts
     rows = []
     for unit, params in (("layer", model.layer_params), ("matrix", largest_matrix(model)), ("advisor", counted)):
         total = np.where(k.shard == k.dp, mem["total"] + (min(params, model.layer_params) - counted) * per_param,

@@ -66,6 +66,7 @@ import math
 import numpy as np
 
 from .._checks import check_choice, check_int
+from .message import Message
 
 DIMS = ("tp", "cp", "ep", "dp", "pp")  # fastest first: Megatron-LM's "tp-cp-ep-dp-pp"
 KINDS = ("tp", "dp", "pp")  # the lessons' three: always shown, and what lesson 6 sends bytes over
@@ -240,11 +241,13 @@ class Mesh:
         formula = f"{self.axes[0]}_rank"
         for a in self.axes[1:]:  # Horner's rule again, written out: (pp_rank*dp + dp_rank)*tp + tp_rank
             formula = f"{formula}*{a} + {a}_rank" if a == self.axes[-1] else f"({formula}*{a} + {a}_rank)"
-        lines = [f"{self!r}: {self.world_size} ranks, rank = {formula}",
+        lines = [Message("{mesh}: {n} ranks, rank = {formula}", mesh=repr(self), n=self.world_size, formula=formula),
                  " " * label_w + "".join(f"  {f'{across}={i}':<{cell_w}}" for i in range(n_across)).rstrip()]
         for label, row in zip(labels, cells):
             lines.append(f"{label:<{label_w}}" + "".join(f"  {c:<{cell_w}}" for c in row).rstrip())
-        slower = (f"same slot down a column = a {slow[0]} group" if len(slow) == 1 else
-                  f"same slot in rows that differ in one of {', '.join(slow)} = a group of that one")
-        lines.append(f"[..] = a {inner} group; same slot across a row = a {across} group; {slower}")
-        return "\n".join(lines)
+        slower = (Message("same slot down a column = a {kind} group", kind=slow[0]) if len(slow) == 1 else
+                  Message("same slot in rows that differ in one of {kinds} = a group of that one",
+                          kinds=", ".join(slow)))
+        lines.append(Message("[..] = a {inner} group; same slot across a row = a {across} group; {slower}",
+                             inner=inner, across=across, slower=slower))
+        return Message.lines(lines)  # English as a string; the sentences said in Chinese by render.hybrid.mesh_text

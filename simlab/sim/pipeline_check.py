@@ -17,14 +17,18 @@ from collections import defaultdict
 from itertools import islice
 
 from .._checks import check_choice, check_divisible, check_int, check_ranks
+from .message import Message
 from .pipeline_engine import as_actions, deadlock_messages, run_blocking, shape
 from .pipeline_schedules import SCHEDULES, make_schedule
 
-_WHAT = {"F": "forward", "B": "backward", "I": "input-gradient backward", "W": "weight-gradient backward"}
+_WHAT = {"F": Message("forward"), "B": Message("backward"), "I": Message("input-gradient backward"),
+         "W": Message("weight-gradient backward")}
 
 
 def _where(places) -> str:
-    return ", ".join(f"rank {r} step {i}" for r, i in places)
+    """'rank 0 step 1, rank 2 step 0', each place a Message (one template per place, joined)."""
+    return Message(", ".join(f"{{p{k}}}" for k in range(len(places))),
+                   **{f"p{k}": Message("rank {r} step {i}", r=r, i=i) for k, (r, i) in enumerate(places)})
 
 
 def placement_problems(schedule, stages: int, microbatches: int) -> list[str]:
@@ -32,14 +36,17 @@ def placement_problems(schedule, stages: int, microbatches: int) -> list[str]:
     p, out = len(schedule), []
     for r, acts in enumerate(schedule):
         for i, a in enumerate(acts):
-            at = f"rank {r}, step {i}: {a}"
+            at = Message("rank {r}, step {i}: {action}", r=r, i=i, action=a)
             if a.stage >= stages:
-                out.append(f"{at} names stage {a.stage}, but the stages are 0..{stages - 1}")
+                out.append(Message("{at} names stage {stage}, but the stages are 0..{last}", at=at, stage=a.stage,
+                                   last=stages - 1))
             elif a.stage % p != r:
-                out.append(f"{at} is on the wrong rank: stage {a.stage} lives on rank {a.stage % p} "
-                           f"(rank r holds stages r, r+{p}, r+{2 * p}, …)")
+                out.append(Message("{at} is on the wrong rank: stage {stage} lives on rank {owner} (rank r holds "
+                                   "stages r, r+{p}, r+{p2}, …)", at=at, stage=a.stage, owner=a.stage % p, p=p,
+                                   p2=2 * p))
             if a.mb >= microbatches:
-                out.append(f"{at} names micro-batch {a.mb}, but the micro-batches are 0..{microbatches - 1}")
+                out.append(Message("{at} names micro-batch {mb}, but the micro-batches are 0..{last}", at=at,
+                                   mb=a.mb, last=microbatches - 1))
     return out
 
 
@@ -56,14 +63,14 @@ def count_problems(schedule, stages: int, microbatches: int) -> list[str]:
     out = []
     for (s, op, j), places in sorted(seen.items()):
         if len(places) > 1:
-            out.append(f"duplicate: {s}{op}{j} appears {len(places)} times ({_where(places)}); "
-                       f"each action runs exactly once")
+            out.append(Message("duplicate: {action} appears {n} times ({where}); each action runs exactly once",
+                               action=f"{s}{op}{j}", n=len(places), where=_where(places)))
     touched = sorted({(s, j) for s, _, j in seen if s < stages and j < microbatches})
     for s, j in touched:
         split_too = [f"{s}{op}{j}" for op in "IW" if (s, op, j) in seen]
         if (s, "B", j) in seen and split_too:
-            out.append(f"duplicate backward: {s}B{j} and {' and '.join(split_too)}: a micro-batch's backward "
-                       f"is either B, or I then W")
+            out.append(Message("duplicate backward: {backward} and {split}: a micro-batch's backward is either B, "
+                               "or I then W", backward=f"{s}B{j}", split=Message.series(split_too)))
     return out + _missing(seen, stages, microbatches, split, len(schedule))
 
 
@@ -76,11 +83,12 @@ def _missing(seen, stages: int, microbatches: int, split: bool, ranks: int) -> l
     touched = {(s, j) for s, _, j in seen if s < stages and j < microbatches}
     untouched = stages * microbatches - len(touched)  # each lacks all of F and the default backward
     total = sum(len(lacks(s, j)) for s, j in touched) + untouched * (3 if split else 2)
-    lines = (f"missing: {s}{op}{j}: stage {s} never runs the {_WHAT[op]} of micro-batch {j} "
-             f"(it belongs on rank {s % ranks})"
+    lines = (Message("missing: {action}: stage {s} never runs the {what} of micro-batch {j} (it belongs on rank "
+                     "{owner})", action=f"{s}{op}{j}", s=s, what=_WHAT[op], j=j, owner=s % ranks)
              for s in range(stages) for j in range(microbatches) for op in lacks(s, j))
     out = list(islice(lines, MISSING_SHOWN))  # lazily: only the pairs up to the tenth missing action
-    return out + ([f"… and {total - MISSING_SHOWN} more missing actions"] if total > MISSING_SHOWN else [])
+    more = Message("… and {n} more missing actions", n=total - MISSING_SHOWN)
+    return out + ([more] if total > MISSING_SHOWN else [])
 
 
 def _chain(a, stages: int) -> float:
@@ -118,13 +126,15 @@ def order_problems(schedule, stages: int) -> list[str]:
 
 
 def _order_message(r: int, i: int, a, b, k: int, stages: int) -> str:
-    at = f"rank {r}, step {i}: {a} comes before {b} (step {k})"
+    at = Message("rank {r}, step {i}: {a} comes before {b} (step {k})", r=r, i=i, a=a, b=b, k=k)
     if a.stage == b.stage and a.op in "BI" and b.op == "F":
-        return f"{at}: a backward needs the activations its own forward saves"
+        return Message("{at}: a backward needs the activations its own forward saves", at=at)
     if a.stage == b.stage and a.op == "W":
-        return f"{at}: W needs the output gradient that {b.op} brings in"
-    via = " (through the stages in between)" if _chain(a, stages) - _chain(b, stages) > 1 else ""
-    return f"{at}, but {a} needs {b}'s output{via}: no timing can fix this order"
+        return Message("{at}: W needs the output gradient that {op} brings in", at=at, op=b.op)
+    if _chain(a, stages) - _chain(b, stages) > 1:
+        return Message("{at}, but {a} needs {b}'s output (through the stages in between): no timing can fix this "
+                       "order", at=at, a=a, b=b)
+    return Message("{at}, but {a} needs {b}'s output: no timing can fix this order", at=at, a=a, b=b)
 
 
 def validate(schedule, stages: int | None = None, microbatches: int | None = None, chunks: int = 1) -> list[str]:

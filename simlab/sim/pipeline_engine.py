@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..plan import Action
+from .message import Message
 
 
 def as_actions(schedule) -> list[list[Action]]:
@@ -117,11 +118,15 @@ def deadlock_messages(schedule, result: BlockingRun) -> list[str]:
         ops = {0: "F", 1: "BI", 3: "I"}[kind]  # 3: the grad only an I leaves for its W
         need = next((f"{s}{op}{j}" for op in ops if (s, op, j) in placed), f"{s}{ops[0]}{j}")
         src = next((placed[s, op, j] for op in ops if (s, op, j) in placed), None)
+        stuck = dict(r=r, i=i, action=schedule[r][i], need=need)  # Messages: the printing layer translates them
         if src is None:
-            why = ", which no rank runs"
+            out.append(Message("deadlock: rank {r} is stuck at step {i} ({action}), waiting for {need}, which no "
+                               "rank runs", **stuck))
         elif src[0] == r:
-            why = f", which it only runs later (step {src[1]})"
+            out.append(Message("deadlock: rank {r} is stuck at step {i} ({action}), waiting for {need}, which it "
+                               "only runs later (step {k})", **stuck, k=src[1]))
         else:  # a rank that finished would have produced it: the producer is stuck too
-            why = f" from rank {src[0]} (step {src[1]}), which is itself stuck at step {len(result.times[src[0]])}"
-        out.append(f"deadlock: rank {r} is stuck at step {i} ({schedule[r][i]}), waiting for {need}{why}")
+            out.append(Message("deadlock: rank {r} is stuck at step {i} ({action}), waiting for {need} from rank "
+                               "{src} (step {k}), which is itself stuck at step {at}", **stuck, src=src[0], k=src[1],
+                               at=len(result.times[src[0]])))
     return out

@@ -26,9 +26,10 @@ import numpy as np
 
 from .._checks import check_bool, check_choice, check_divisible, check_int, check_ranks
 from .collectives import ring_bytes_sent
+from .message import Message
 
 KINDS = ("column", "row")
-COMBINE = {"column": "all-gather (concat columns of Y)", "row": "all-reduce (sum of partial Y)"}
+COMBINE = {"column": Message("all-gather (concat columns of Y)"), "row": Message("all-reduce (sum of partial Y)")}
 
 def _shape(name: str, shape) -> tuple[int, int]:
     if not isinstance(shape, (tuple, list)):
@@ -65,19 +66,25 @@ class ShardPlan:
         (r0, r1), (c0, c1), col = self.rows[r], self.cols[r], self.kind == "column"
         return {"rank": r, "rows": [r0, r1], "cols": [c0, c1], "shard_shape": [r1 - r0, c1 - c0],
                 "input": f"X (b, {r1})" if col else f"X[:, {r0}:{r1}] (b, {r1 - r0})",
-                "local": f"Y[:, {c0}:{c1}] (b, {c1 - c0})" if col else f"partial Y (b, {c1})"}
+                "local": f"Y[:, {c0}:{c1}] (b, {c1 - c0})" if col else Message("partial Y (b, {n})", n=c1)}
 
     def to_dict(self) -> dict:
         return {"kind": self.kind, "ranks": self.ranks, "shape": list(self.shape),
                 "collective": COMBINE[self.kind].split()[0], "per_rank": [self.rank_info(r) for r in range(self.ranks)]}
 
     def to_text(self) -> str:
-        lines = [f"{self.kind}-parallel Y = X·W, W {self.shape} on {self.ranks} ranks: combine by {COMBINE[self.kind]}",
-                 f"{'rank':>4}  {'W rows':<9} {'W cols':<9} {'shard':<10} {'input':<18} local"]
+        """The layout as a table. A Message: English as a string, and `simlab.i18n._` says its title and header
+        in the reader's language (the header is one message, its columns aligned by the translation)."""
+        title = (Message("column-parallel Y = X·W, W {shape} on {ranks} ranks: combine by {combine}", shape=self.shape,
+                         ranks=self.ranks, combine=COMBINE["column"]) if self.kind == "column" else
+                 Message("row-parallel Y = X·W, W {shape} on {ranks} ranks: combine by {combine}", shape=self.shape,
+                         ranks=self.ranks, combine=COMBINE["row"]))
+        lines = [title, Message("rank  W rows    W cols    shard      input              local")]
         for i in map(self.rank_info, range(self.ranks)):
-            lines.append(f"{i['rank']:>4}  {'{}:{}'.format(*i['rows']):<9} {'{}:{}'.format(*i['cols']):<9} "
-                         f"{str(tuple(i['shard_shape'])):<10} {i['input']:<18} {i['local']}")
-        return "\n".join(lines)
+            cells = (f"{i['rank']:>4}  {'{}:{}'.format(*i['rows']):<9} {'{}:{}'.format(*i['cols']):<9} "
+                     f"{str(tuple(i['shard_shape'])):<10} {i['input']:<18} ")
+            lines.append(Message.joined([cells, i["local"]]))  # the last column unpadded: it may be said in Chinese
+        return Message.lines(lines)
 
 
 def shard_plan(kind: str, ranks: int, shape) -> ShardPlan:

@@ -34,6 +34,7 @@ from __future__ import annotations
 from .._checks import check_choice, check_int, check_ranks
 from ..trace import Event, Trace
 from .memory import PRECISIONS, check_offload
+from .message import Message
 from .zero_scene import KINDS, ZeroStep, _order, _Scene
 
 
@@ -53,42 +54,44 @@ def walkthrough(stage: int, layers: int = 3, world_size: int = 3, offload: bool 
     n, b, prec = world_size, block_numel, s.prec
     for layer in s.names:
         if stage == 3:
-            s.all_gather([layer], "forward")
+            s.all_gather([layer], Message("forward"))
         s.compute(layer, "forward")
         if stage == 3:
-            s.free(layer, ["params"], "forward done")
+            s.free(layer, ["params"], Message("forward done"))
     for layer in reversed(s.names):  # gradients appear from the last layer
         if stage == 3:
-            s.all_gather([layer], "backward")
+            s.all_gather([layer], Message("backward"))
         s.compute(layer, "backward")
         if stage == 0:  # DDP: each layer's gradients are all-reduced as soon as they exist
-            s.record(f"all-reduce {layer}", "comm", "all-reduce", layer, f"{layer} grads: all-reduce, "
-                     f"every GPU gets the sum of every block", [s.blocks[layer]] * n if n > 1 else None,
-                     2 * (n - 1) * b * prec.grad)
+            s.record(f"all-reduce {layer}", "comm", "all-reduce", layer, Message(
+                     "{layer} grads: all-reduce, every GPU gets the sum of every block", layer=layer),
+                     [s.blocks[layer]] * n if n > 1 else None, 2 * (n - 1) * b * prec.grad)
             continue
         if stage == 3:  # the gathered params are no longer needed: free them before reducing (as FSDP2 does)
-            s.free(layer, ["params"], "backward done")
+            s.free(layer, ["params"], Message("backward done"))
         if stage >= 2:  # reduce right away: the reduced shard replaces the full gradient
             s.reduce_scatter([layer])
             if offload:
                 s.to_cpu(layer)
     if stage == 1:  # gradients stay full-size until the step: reduce all layers at once, in one bucket
         s.reduce_scatter(list(reversed(s.names)))
-    mine = ", ".join(sorted(s.own[0], key=_order))
+    mine = Message.listing(sorted(s.own[0], key=_order))  # Messages: said in the reader's language where printed
     if offload:
-        s.record("step", "cpu", "step", None, f"optimizer step on the CPU: GPU0's host runs Adam on {mine}")
-        s.record("to-gpu", "comm", "to-gpu", None, f"params to GPU: GPU0 gets its updated {mine} back "
-                 f"from its host", [s.own[g] for g in range(n)], host=len(s.own[0]) * b * prec.param)
+        s.record("step", "cpu", "step", None, Message("optimizer step on the CPU: GPU0's host runs Adam on {mine}",
+                                                      mine=mine))
+        s.record("to-gpu", "comm", "to-gpu", None, Message("params to GPU: GPU0 gets its updated {mine} back from its "
+                 "host", mine=mine), [s.own[g] for g in range(n)], host=len(s.own[0]) * b * prec.param)
     elif stage == 0:
-        s.record("step", "compute", "step", None, "optimizer step: every GPU updates every block")
+        s.record("step", "compute", "step", None, Message("optimizer step: every GPU updates every block"))
     else:
-        s.record("step", "compute", "step", None, f"optimizer step: GPU0 runs Adam on its own {mine} "
-                 f"(its optimizer shard)" + ("; its other parameter blocks are stale" if stage < 3 else ""))
+        own = Message("optimizer step: GPU0 runs Adam on its own {mine} (its optimizer shard)", mine=mine)
+        s.record("step", "compute", "step", None, Message("{own}; its other parameter blocks are stale", own=own)
+                 if stage < 3 else own)
     if stage == 1:  # bring everyone's updated blocks back: the second Ψ, one bucket as for the grads
-        s.all_gather(s.names, "updated params")
+        s.all_gather(s.names, Message("updated params"))
     elif stage == 2:  # layer by layer: each layer's params are whole again as soon as its gather is done
         for layer in s.names:
-            s.all_gather([layer], "updated params")
+            s.all_gather([layer], Message("updated params"))
     return s.steps
 
 
@@ -141,7 +144,9 @@ def to_trace(steps) -> Trace:
 
 
 def holdings_text(step: ZeroStep) -> str:
-    """A deterministic table of who holds what after `step`: one row per GPU (and host, if used)."""
+    """A deterministic table of who holds what after `step`: one row per GPU (and host, if used). A Message:
+    English as a string; `simlab.i18n._` says its two sentences in the reader's language (the table's column
+    names are the holdings' own keys, as in `ZeroStep.holdings`, and stay)."""
     if not isinstance(step, ZeroStep):
         raise ValueError(f"step={step!r}: must be one ZeroStep of a walkthrough")
     def cell(blocks):
@@ -153,6 +158,7 @@ def holdings_text(step: ZeroStep) -> str:
     rows += [(f"CPU{g}", "-", cell(h["grads"]), cell(h["optim"]), str(step.cpu_bytes[g]))
              for g, h in enumerate(step.cpu) if h["grads"] or h["optim"]]
     widths = [max(len(r[c]) for r in rows) for c in range(5)]
-    lines = [f"step {step.index}: {step.name} ({step.kind})", step.description]
+    lines = [Message("step {index}: {name} ({kind})", index=step.index, name=step.name, kind=step.kind),
+             step.description]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() for r in rows]
-    return "\n".join(lines)
+    return Message.lines(lines)

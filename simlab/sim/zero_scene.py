@@ -10,8 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .memory import CPU_GRAD_BYTES, HOST_ADAM_BYTES, PRECISIONS
+from .message import Message
 
 KINDS = ("params", "grads", "optim")  # what a GPU holds
+KIND_WORDS = {"params": Message("params"), "grads": Message("grads"), "optim": Message("optim")}
 CPU_KINDS = ("grads", "optim")  # what a GPU's host holds under offload
 
 
@@ -59,12 +61,14 @@ class _Scene:
                     for g in range(n)]
         self.host = [{"grads": set(own[g]) if offload else set(),
                       "optim": set(own[g]) if offload else set()} for g in range(n)]
-        sharded = ["", "optimizer state", "gradients and optimizer state",
-                   "parameters, gradients and optimizer state"][stage]
-        self.record("start", "state", "start", None, "between steps: " + (
-            f"GPU i keeps only its own blocks (block i of every layer) of the {sharded}" if stage
-            else "every GPU holds everything")
-            + ("; gradients and optimizer state live on the CPU" if offload else ""))
+        # descriptions are Messages: English here, said in the reader's language where they are printed
+        sharded = ["", Message("optimizer state"), Message("gradients and optimizer state"),
+                   Message("parameters, gradients and optimizer state")][stage]
+        holds = (Message("GPU i keeps only its own blocks (block i of every layer) of the {sharded}", sharded=sharded)
+                 if stage else Message("every GPU holds everything"))
+        self.record("start", "state", "start", None, Message(
+            "between steps: {holds}{offload}", holds=holds,
+            offload=Message("; gradients and optimizer state live on the CPU") if offload else ""))
 
     def gpu_bytes(self, g) -> int:  # the per-element sizes of memory.per_gpu_bytes
         h, p = self.gpu[g], self.prec
@@ -97,12 +101,13 @@ class _Scene:
             self.gpu[g]["params"] |= set(got[g])
         first = self.blocks[layers[0]]
         if len(layers) == 1:
-            gets = [f"{blk} from GPU{j}" for j, blk in enumerate(first) if j] or ["nothing"]
-            gets = " and ".join(filter(None, [", ".join(gets[:-1]), gets[-1]]))  # "x, y and z"
-            what = f"{layers[0]} {why}: GPU0 gathers {gets}"
+            gets = Message.series(Message("{block} from GPU{j}", block=blk, j=j) for j, blk in enumerate(first) if j)
+            what = Message("{layer} {why}: GPU0 gathers {gets}", layer=layers[0], why=why,
+                           gets=gets or Message("nothing"))
         else:
-            what = (f"{why} of {', '.join(layers)} in one bucket: GPU0 gathers every other GPU's blocks "
-                    f"({', '.join(b for b in got[0]) or 'nothing'})")
+            what = Message("{why} of {layers} in one bucket: GPU0 gathers every other GPU's blocks ({blocks})",
+                           why=why, layers=Message.listing(layers),
+                           blocks=Message.listing(got[0]) or Message("nothing"))
         self.record(f"all-gather {' '.join(layers)}", "comm", "all-gather", _one(layers), what, got,
                     (self.n - 1) * len(layers) * self.b * self.prec.param)
 
@@ -115,11 +120,15 @@ class _Scene:
             for g in range(self.n):
                 for layer in layers:
                     self.gpu[g]["grads"] -= set(self.others(layer, g))
-        grads = f"{layers[0]} grads" if len(layers) == 1 else f"grads of {', '.join(layers)} in one bucket"
+        grads = (Message("{layer} grads", layer=layers[0]) if len(layers) == 1 else
+                 Message("grads of {layers} in one bucket", layers=Message.listing(layers)))
+        keeps = (Message("{grads}: reduce-scatter, each GPU keeps the summed gradient of its own block (GPU0: {own})",
+                         grads=grads, own=own[0][0]) if len(layers) == 1 else
+                 Message("{grads}: reduce-scatter, each GPU keeps the summed gradient of its own blocks (GPU0: {own})",
+                         grads=grads, own=Message.listing(own[0])))
         self.record(f"reduce-scatter {' '.join(layers)}", "comm", "reduce-scatter", _one(layers),
-                    f"{grads}: reduce-scatter, each GPU keeps the summed gradient of its own block"
-                    f"{'s' if len(layers) > 1 else ''} (GPU0: {', '.join(own[0])})"
-                    + ("; the others' blocks are freed" if self.stage >= 2 and self.n > 1 else ""),
+                    Message("{keeps}; the others' blocks are freed", keeps=keeps) if self.stage >= 2 and self.n > 1
+                    else keeps,
                     [set(o) for o in own] if self.n > 1 else None,
                     (self.n - 1) * len(layers) * self.b * self.prec.grad)
 
@@ -127,23 +136,25 @@ class _Scene:
         for g in range(self.n):
             for k in kinds:
                 self.gpu[g][k] -= set(self.others(layer, g))
-        what = " and ".join(kinds)
-        self.record(f"free {layer}", "compute", "free", layer, f"{layer} {when}: GPU0 frees the {what} "
-                    f"of {', '.join(self.others(layer, 0)) or 'nothing'} (keeps its own "
-                    f"{self.blocks[layer][0]})")
+        self.record(f"free {layer}", "compute", "free", layer, Message(
+            "{layer} {when}: GPU0 frees the {what} of {others} (keeps its own {own})", layer=layer, when=when,
+            what=Message.series(KIND_WORDS[k] for k in kinds),
+            others=Message.listing(self.others(layer, 0)) or Message("nothing"), own=self.blocks[layer][0]))
 
     def compute(self, layer, op):
         if op == "backward":
             for h in self.gpu:
                 h["grads"] |= set(self.blocks[layer])
-        action = "runs" if op == "forward" else "computes the gradients of all blocks of"
-        self.record(f"{op} {layer}", "compute", op, layer,
-                    f"{layer} {op}: every GPU {action} {layer} on its own slice of the batch")
+        self.record(f"{op} {layer}", "compute", op, layer, Message(
+            "{layer} forward: every GPU runs {layer} on its own slice of the batch", layer=layer) if op == "forward"
+            else Message("{layer} backward: every GPU computes the gradients of all blocks of {layer} on its own "
+                         "slice of the batch", layer=layer))
 
     def to_cpu(self, layer):
         for g in range(self.n):
             self.gpu[g]["grads"] -= set(self.blocks[layer])
             self.host[g]["grads"].add(self.blocks[layer][g])
-        self.record(f"to-cpu {layer}", "comm", "to-cpu", layer, f"{layer} grads to CPU: GPU0 sends "
-                    f"{self.blocks[layer][0]}'s summed gradient to its host and frees it on the GPU",
+        self.record(f"to-cpu {layer}", "comm", "to-cpu", layer, Message(
+                    "{layer} grads to CPU: GPU0 sends {block}'s summed gradient to its host and frees it on the GPU",
+                    layer=layer, block=self.blocks[layer][0]),
                     host=self.b * self.prec.grad)

@@ -30,7 +30,8 @@ def test_the_naive_star_and_the_ring_bytes(path):
 def test_the_uneven_ring(path):
     text, out = _cells(path)
     assert split_sizes(1001, 8) == (126,) + (125,) * 7 and "126" in text["21d3827b"] and "125" in text["21d3827b"]
-    sent = [int(x) for x in re.search(r"bytes sent per rank: \[([\d, ]+)\]", out["39dd52c9"]).group(1).split(",")]
+    sent = [int(x) for x in re.search(r"(?:bytes sent per rank: |每个 rank 发送的字节： )\[([\d, ]+)\]",
+                                      out["39dd52c9"]).group(1).split(",")]
     assert sent == [7004] + [7008] * 6 + [7004]
     prose = text["l1-uneven-bytes"]
     assert "(4 B)" in prose and max(sent) - min(sent) == 4  # one element

@@ -13,8 +13,11 @@ def _cells(path):
     return {i: source(c) for i, c in by_id.items()}, {i: printed(c) for i, c in by_id.items()}
 
 
+ZH_SCENES = {"default": "默认", "high latency": "高延迟"}  # the Chinese lesson's scene names (its cell's keys)
+
+
 def _scene_row(out, scene):
-    row = next(line for line in out["2fcdc483"].splitlines() if line.startswith(scene))
+    row = next(line for line in out["2fcdc483"].splitlines() if line.startswith((scene, ZH_SCENES[scene])))
     return re.findall(r"([\d.]+ [µm]s)", row)  # DP step, DDP step, DDP hidden, DDP exposed
 
 
@@ -31,7 +34,8 @@ def test_the_latency_sum_is_printed_not_typed(path):
     """N10: 16 buckets × 2(N−1) = 14 latencies *each*; the cell prints it, and it exceeds DP's whole step."""
     text, out = _cells(path)
     line = re.search(r"high latency: (\d+) buckets × 2\(N-1\) = (\d+) latencies each × (\d+) µs = ([\d.]+) ms",
-                     out["2fcdc483"])
+                     out["2fcdc483"]) or re.search(  # the Chinese lesson prints the same numbers in its own words
+        r"高延迟：(\d+) 个桶 × 每个桶 2\(N-1\) = (\d+) 次延迟 × (\d+) µs = 光延迟就有 ([\d.]+) ms", out["2fcdc483"])
     buckets, latencies, alpha_us, total_ms = int(line[1]), int(line[2]), int(line[3]), float(line[4])
     assert (buckets, latencies, alpha_us) == (16, 14, 100) and total_ms == pytest.approx(buckets * latencies * 0.1)
     dp_step = float(_scene_row(out, "high latency")[0].split()[0])

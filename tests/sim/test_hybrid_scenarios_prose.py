@@ -131,9 +131,11 @@ def test_a_layer_bigger_than_a_gpu_fits_zero_3_alone_only_if_it_gathers_finely(a
     text, rows = words("l6-node-read") + " " + words("l6-node-layer-read"), qualifiers["gather"]
     assert not rows["layer"]["fits"] and "Gathering a whole layer at a time" in text and "ZeRO-3 does not fit" in text
     assert rows["matrix"]["fits"] and "Gathering one weight matrix at a time" in text and "it fits" in text
-    assert rows["advisor"]["params"] == ZERO3_UNIT == 1e9 < rows["matrix"]["params"] == largest_matrix(WIDE)
-    assert "at most 1e9 parameters at once" in text and "less than one of this layer's matrices" in text
-    assert rows["advisor"]["bytes_per_gpu"] < rows["matrix"]["bytes_per_gpu"] < rows["layer"]["bytes_per_gpu"]
+    # the advisor gathers a layer, at most 1e9 of a bigger one, but never less than one matrix: here, one matrix
+    assert ZERO3_UNIT == 1e9 < rows["advisor"]["params"] == rows["matrix"]["params"] == largest_matrix(WIDE)
+    assert "at most 1e9 parameters of a bigger one" in text and "never less than its largest matrix" in text
+    assert "the middle row" in text and list(rows) == ["layer", "matrix", "advisor"]
+    assert rows["advisor"]["bytes_per_gpu"] == rows["matrix"]["bytes_per_gpu"] < rows["layer"]["bytes_per_gpu"]
     assert "memory-centric tiling" in text and "ZeRO-Infinity" in text
     layer = answers["node-layer-too-big"]  # "the DP+ZeRO-3 line above" fits and ties; "Cutting the layer (TP) fits"
     assert layer["rivals"]["DP+ZeRO-3"]["fits"] and "DP+ZeRO-3" in layer["tied"] and "DP+ZeRO-3 line above" in text
@@ -275,3 +277,12 @@ def test_the_real_runs_bytes_are_the_sum_the_prose_makes():
     assert rank0[1:4] == [f"{32_768 + 4 * kib:,}", rank0[2], f"{4 * kib:,}"], rank0
     assert [BY_KEY[k].cluster_args["inter_node_gbps"] for k in ("nodes-fast", "nodes-slow")] == [8 * 200, 25]
     assert "from 8 × 200 Gb/s InfiniBand to one 25 Gb/s link per node" in words("l6-nodes-read")
+
+
+def test_the_lesson_states_its_prerequisites_and_links_the_lesson_that_teaches_one_step():
+    """Issue 23 §5: lesson 6 uses recompute, MFU, b, m and the global batch; lesson 5b teaches them, and the
+    lesson says so before it starts (and lesson 5's autograd.Function, the transformer's anatomy)."""
+    before = CELLS["l6-title"].split("**Before you start.**")[1].split("The graded capstone")[0]
+    assert "(05b_one_training_step.ipynb)" in before and (LESSON.parent / "05b_one_training_step.ipynb").exists()
+    for concept in ("activations", "recompute", "$B = b·m·dp$", "MFU", "torch.autograd.Function", "self-attention"):
+        assert concept in before, concept
