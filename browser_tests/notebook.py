@@ -160,6 +160,8 @@ class Notebook:
                 control["was"] = el.evaluate("e => [...e.querySelectorAll('button')]"
                                              ".findIndex(b => b.classList.contains('mod-active'))")
             buttons.nth(control["was"] if back else (control["was"] + 1) % buttons.count()).click()
+        elif kind == "checkbox":  # on, or back off: a click either way
+            el.click()
         elif kind == "number":
             el.press("ArrowDown" if back else "ArrowUp")
             el.press("Enter")
@@ -195,7 +197,7 @@ class Notebook:
                     self.problems.append(f"{name}: still running after {RUN_TIMEOUT_S} s")
                 if re.search(r"failed|Traceback|\w+Error\b", text):
                     self.problems.append(f"{name}: the real run reported a failure: …{text[-200:]}")
-            elif control["kind"] in ("dropdown", "toggle", "number") and changed:  # likely invalid ones
+            elif control["kind"] in ("dropdown", "toggle", "number", "checkbox") and changed:  # likely invalid ones
                 self.settle(widget["id"])
                 self.act(control, back=True)
         self.settle(widget["id"])

@@ -3,14 +3,16 @@
 It reads JupyterLab's own models through `window.jupyterapp` (the lab runs with expose_app_in_browser),
 finds the widgets of the notebook on screen and their controls, and fingerprints what a widget shows:
 the bytes of every picture (blob: URLs change on every update even when the picture does not, so the
-bytes are hashed), the reveal veil's geometry, and the text of its readouts — not the controls' own
+bytes are hashed), the markup of every chart drawn in the browser (render/chart.py's SVG), the reveal veil's
+geometry, and the text of its readouts — not the controls' own
 labels, which change whenever a control moves and would prove nothing.
 """
 
 JS = r"""
 (() => {
   if (window.simlab) return;
-  const TOP = ".jupyter-widgets, .simlab-player";  // the root of a displayed widget (ipywidgets or anywidget)
+  const TOP = ".jupyter-widgets, .simlab-player, .simlab-chart";  // a displayed widget's root (ipywidgets, anywidget)
+  const CHART = "svg.simlab-chart-svg";  // a chart drawn in the browser: every draw puts in a new one
   const READOUT = ".widget-html-content, .widget-htmlmath-content, .simlab-caption, .simlab-readout, "
                 + ".widget-output .jp-OutputArea-output";
   const panel = () => window.jupyterapp.shell.currentWidget;
@@ -30,11 +32,19 @@ JS = r"""
     hashes.set(src, h);
     return h;
   }
+  const hashText = s => {  // FNV-1a: a chart's markup, short enough to compare often
+    let h = 0x811c9dc5;
+    for (let i = 0; i < s.length; i++) { h ^= s.charCodeAt(i); h = Math.imul(h, 0x01000193); }
+    return (h >>> 0).toString(16) + ":" + s.length;
+  };
   const tag = el => (el.dataset.simlabId ||= String(nextId++));
   const label = el => {
-    const box = el.closest(".widget-inline-hbox, .widget-play, .simlab-player, .widget-button, .widget-toggle-buttons");
-    const text = (el.tagName === "BUTTON" ? el.textContent : "") ||
-                 (box && box.querySelector("label") ? box.querySelector("label").textContent : "") ||
+    const box = el.closest(".widget-inline-hbox, .widget-play, .simlab-player, .widget-button, .widget-toggle-buttons, "
+                           + ".widget-checkbox");
+    const clean = t => (t || "").replace(/\u200b/g, "").trim();  // ipywidgets' empty label is a zero-width space
+    const text = (el.tagName === "BUTTON" ? clean(el.textContent) : "") ||
+                 (box && box.querySelector("label") ? clean(box.querySelector("label").textContent) : "") ||
+                 (box && box.matches(".widget-checkbox") ? clean(box.textContent) : "") ||
                  el.getAttribute("title") || el.className || el.tagName;
     return text.trim().slice(0, 40);
   };
@@ -69,7 +79,8 @@ JS = r"""
         o.querySelectorAll(TOP).forEach(w => {
           if (!w.parentElement.closest(TOP) && !roots.includes(w)) roots.push(w);
         }));
-      return roots.map(w => ({ id: tag(w), kind: w.matches(".simlab-player") ? "player" : "ipywidgets",
+      return roots.map(w => ({ id: tag(w), kind: w.matches(".simlab-player") ? "player" :
+                                                 w.matches(".simlab-chart") ? "chart" : "ipywidgets",
                                text: w.textContent.trim().slice(0, 60) }));
     },
     controls(wid) {
@@ -90,6 +101,7 @@ JS = r"""
       w.querySelectorAll("select").forEach(e => add(e, "dropdown"));
       w.querySelectorAll(".widget-text input[type=number]").forEach(e => add(e, "number"));
       w.querySelectorAll(".widget-toggle-buttons").forEach(e => add(e, "toggle"));  // a choice, like a dropdown
+      w.querySelectorAll(".widget-checkbox input[type=checkbox]").forEach(e => add(e, "checkbox"));  // on / off
       w.querySelectorAll("button").forEach(e => {
         if (seen.has(e) || e.closest(".widget-play, .simlab-bar, .widget-toggle-buttons")) return;
         if (e.matches(".simlab-run") || /real|\brun\b/i.test(e.textContent)) add(e, "run");
@@ -117,6 +129,7 @@ JS = r"""
     async signature(wid) {
       const w = document.querySelector(`[data-simlab-id="${wid}"]`), parts = [];
       for (const img of w.querySelectorAll("img")) parts.push(await digest(img.getAttribute("src")));
+      w.querySelectorAll(CHART).forEach(c => parts.push(hashText(c.outerHTML.replace(/\b(s\d+-[hp]\d+|simlab-alt-\d+)\b/g, ""))));
       w.querySelectorAll(".simlab-veil").forEach(v => parts.push(v.style.cssText));
       w.querySelectorAll(READOUT).forEach(e => parts.push(e.textContent));
       return parts.join("|");
@@ -138,6 +151,12 @@ JS = r"""
           out.push(`picture sticks out ${Math.round(r.right - area.right)} px past its output area (picture `
                    + `${Math.round(r.width)} px wide from x=${Math.round(r.left - area.left)}, area ${Math.round(area.width)} px): ` + where);
       });
+      panel().content.node.querySelectorAll(".jp-OutputArea-output " + CHART).forEach(svg => {
+        const r = svg.getBoundingClientRect(), area = svg.closest(".jp-OutputArea-output").getBoundingClientRect();
+        if (r.width > 0 && r.right > area.right + 1)
+          out.push(`chart sticks out ${Math.round(r.right - area.right)} px past its output area: `
+                   + (svg.getAttribute("aria-label") || "").slice(0, 40));
+      });
       return out;
     },
     rawWidgetText() {
@@ -155,7 +174,8 @@ JS = r"""
       return [...document.querySelectorAll(".jp-LogConsolePanel .jp-OutputArea-child")]
         .map(e => e.textContent.trim().slice(-400)).filter(t => t);
     },
-    // latency: arm, then act; `latency` resolves to ms from the first key/click/change to the new picture
+    // latency: arm, then act; `latency` resolves to ms from the first key/click/change to the new picture, or,
+    // for a chart, to the frame after its new SVG is in the DOM (the browser has laid it out and painted it then)
     arm(wid, timeoutMs) {
       const w = document.querySelector(`[data-simlab-id="${wid}"]`);
       let t0 = null;
@@ -173,6 +193,7 @@ JS = r"""
             if (m.type === "attributes" && t.tagName === "IMG" && m.attributeName === "src") return done(t);
             if (m.type === "attributes" && t.classList.contains("simlab-veil")) return done(null);
             for (const n of m.addedNodes) {
+              if (n.matches && (n.matches(CHART) || n.querySelector(CHART))) return done(null);
               const img = n.tagName === "IMG" ? n : (n.querySelector && n.querySelector("img"));
               if (img) return done(img);
             }

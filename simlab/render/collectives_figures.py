@@ -37,6 +37,7 @@ MAX_CHUNK_BOXES = 16  # beyond this the boxes are too small to read: only the no
 RADIUS = 1.0
 RING_FIGSIZE = (4.6, 5.2)  # inches: 460 x 520 px as shown, legend included; two side by side fit a page
 LABELLED_RANKS = 8  # more ranks than this: only every k-th node is named, so names never collide
+ARROW_BEND = 0.15  # a transfer's arrow bends by this (matplotlib arc3's rad): a -> b and b -> a stay apart
 
 
 def outward(rank: int, n: int) -> tuple[float, float]:
@@ -74,15 +75,21 @@ def _sizes(n: int, chunks: int) -> dict:
                 box_labels=box >= 0.11)  # a digit at MIN_FONT needs a box this wide (n <= 6 ranks)
 
 
+def chunk_row(step, rank: int, n: int, s) -> tuple[float, float, float]:
+    """(left, bottom, reach): where the rank's row of chunk boxes starts, just outside its node, and how far
+    from the node's centre the row reaches. The figure and the browser's chart (`render.collectives`) share it."""
+    (x, y), (ux, uy) = rank_position(rank, n), outward(rank, n)
+    width = len(step.values[rank]) * s["box_w"]
+    # push the row out far enough that neither its ends nor its edges touch the node
+    reach = s["node"] + 0.04 + abs(ux) * width / 2 + abs(uy) * s["box_h"] / 2
+    return x + ux * reach - width / 2, y + uy * reach - s["box_h"] / 2, reach + max(width, s["box_h"]) / 2
+
+
 def _draw_chunks(ax, step, rank, n, s):
     """The rank's chunks as a row of boxes, placed just outside its node (away from the arrows)."""
     from matplotlib.patches import Rectangle
-    (x, y), (ux, uy) = rank_position(rank, n), outward(rank, n)
     count = len(step.values[rank])
-    width = count * s["box_w"]
-    # push the row out far enough that neither its ends nor its edges touch the node
-    reach = s["node"] + 0.04 + abs(ux) * width / 2 + abs(uy) * s["box_h"] / 2
-    left, bottom = x + ux * reach - width / 2, y + uy * reach - s["box_h"] / 2
+    left, bottom, reach = chunk_row(step, rank, n, s)
     for c in range(count):
         value = step.values[rank][c]
         sources = step.sources[rank][c] if step.sources is not None else None
@@ -93,54 +100,63 @@ def _draw_chunks(ax, step, rank, n, s):
             dark = sources is not None and len(sources) > n / 2
             ax.text(left + (c + 0.5) * s["box_w"], bottom + s["box_h"] / 2, str(c), ha="center",
                     va="center", fontsize=MIN_FONT, color="white" if dark else INK)
-    return reach + max(width, s["box_h"]) / 2
+    return reach
 
 
-def _draw_arrow(ax, t, n, s, label: str | None):
-    """One transfer, src -> dst, bent a little so that a -> b and b -> a do not overlap."""
-    from matplotlib.patches import FancyArrowPatch
+def arrow_path(t, n: int, s) -> tuple[tuple, tuple, tuple]:
+    """(start, end, middle) of a transfer's arrow, src -> dst, from rim to rim; it bends by ARROW_BEND (arc3's
+    rad) so that a -> b and b -> a do not overlap, and `middle` is where the curve passes half-way."""
     (x1, y1), (x2, y2) = rank_position(t.src, n), rank_position(t.dst, n)
     dist = math.hypot(x2 - x1, y2 - y1)
     ux, uy = (x2 - x1) / dist, (y2 - y1) / dist
     start = (x1 + ux * s["node"], y1 + uy * s["node"])  # leave from the node's rim, not its centre
     end = (x2 - ux * s["node"], y2 - uy * s["node"])
-    rad = 0.15
-    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", connectionstyle=f"arc3,rad={rad}",
+    dx, dy = end[0] - start[0], end[1] - start[1]  # the midpoint of arc3's Bezier curve: half-way to its control point
+    return start, end, ((start[0] + end[0]) / 2 + ARROW_BEND / 2 * dy, (start[1] + end[1]) / 2 - ARROW_BEND / 2 * dx)
+
+
+def _draw_arrow(ax, t, n, s, label: str | None):
+    """One transfer, src -> dst, bent a little so that a -> b and b -> a do not overlap."""
+    from matplotlib.patches import FancyArrowPatch
+    start, end, (mx, my) = arrow_path(t, n, s)
+    ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>", connectionstyle=f"arc3,rad={ARROW_BEND}",
                                  mutation_scale=max(6, 14 - n / 4), linewidth=1.4, gid="transfer",
                                  shrinkA=0, shrinkB=0, **OP_STYLE[t.op]))
-    if label:  # the midpoint of arc3's Bezier curve: half-way to its control point
-        dx, dy = end[0] - start[0], end[1] - start[1]
-        mx = (start[0] + end[0]) / 2 + rad / 2 * dy
-        my = (start[1] + end[1]) / 2 - rad / 2 * dx
+    if label:
         ax.text(mx, my, label, ha="center", va="center", fontsize=MIN_FONT,
                 color=OP_STYLE[t.op]["color"],
                 bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85))
 
 
-def ring_legend_handles(steps, n: int) -> list:
-    """Legend entries for the shades and arrow styles the given steps use (one legend can serve a
-    simulated and a real panel side by side; a real step without sources shows "unknown")."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-    def patch(color, label):
-        return Patch(facecolor=color, edgecolor=SOFT_INK, label=label)
+def ring_legend(steps, n: int) -> list[tuple]:
+    """(label, colour, "box" or "line" or "dash") for the shades and arrow styles the given steps use (one
+    legend can serve a simulated and a real panel side by side; a real step without sources shows "unknown").
+    `ring_legend_handles` makes them matplotlib's; the browser's chart (`render.collectives`) takes them as they are."""
     cells = [(v, src) for step in steps for vrow, srow in zip(step.values, step.sources or [None] * n)
              for v, src in zip(vrow, srow or [None] * len(vrow))]
-    handles = [patch(NOT_HELD_COLOR, _("not held"))]
+    entries = [(_("not held"), NOT_HELD_COLOR, "box")]
     if any(src is not None for _v, src in cells):
-        handles.append(patch(contribution_color(1, n), _("1 rank's input")))
+        entries.append((_("1 rank's input"), contribution_color(1, n), "box"))
         # every shade for small rings; for big ones, one "partial" shade stands for them all
         middle = range(2, n) if n <= 4 else [(n + 1) // 2]
-        handles += [patch(contribution_color(k, n), _("{k} summed").format(k=k) if n <= 4 else _("partial sum"))
+        entries += [(_("{k} summed").format(k=k) if n <= 4 else _("partial sum"), contribution_color(k, n), "box")
                     for k in middle]
         if n > 1:
-            handles.append(patch(contribution_color(n, n), _("all {n} summed").format(n=n)))
+            entries.append((_("all {n} summed").format(n=n), contribution_color(n, n), "box"))
     if any(v is not None and src is None for v, src in cells):
-        handles.append(patch(UNKNOWN_COLOR, _("held (whose inputs: unknown)")))
+        entries.append((_("held (whose inputs: unknown)"), UNKNOWN_COLOR, "box"))
     names = {"reduce": _("send, receiver adds (+=)"), "copy": _("send, receiver copies (=)")}
     ops = sorted({t.op for step in steps for t in step.transfers})
-    handles += [Line2D([], [], label=names[op], linewidth=1.4, **OP_STYLE[op]) for op in ops]
-    return handles
+    return entries + [(names[op], OP_STYLE[op]["color"], "line" if op == "reduce" else "dash") for op in ops]
+
+
+def ring_legend_handles(steps, n: int) -> list:
+    """`ring_legend` as matplotlib legend handles."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    return [Patch(facecolor=color, edgecolor=SOFT_INK, label=label) if style == "box" else
+            Line2D([], [], label=label, linewidth=1.4, color=color, linestyle="-" if style == "line" else "--")
+            for label, color, style in ring_legend(steps, n)]
 
 
 def _ring_legend(ax, step, n):
@@ -248,9 +264,9 @@ def draw_timeline(trace, world_size: int, ax=None, title: str | None = None):
                         _bar_label(e), ha="center", va="center", fontsize=MIN_FONT, color="white")
     ax.set_yticks(range(world_size), [f"r{r}" for r in range(world_size)])
     ax.set_ylim(world_size - 0.5, -0.5)  # rank 0 on top, as in the tables
-    ax.set_xlabel(f"time ({unit})")
-    kinds = [k for k in LANES if any(e.kind == k for e in trace)]
-    ax.legend(handles=[Patch(color=KIND_COLOR[k], label=k) for k in kinds], fontsize=MIN_FONT,
+    ax.set_xlabel(_("time ({unit})").format(unit=unit))
+    kinds = [k for k in LANES if any(e.kind == k for e in trace)]  # an event's kind, said in the reader's language
+    ax.legend(handles=[Patch(color=KIND_COLOR[k], label=_(k)) for k in kinds], fontsize=MIN_FONT,
               loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     ax.spines[["top", "right"]].set_visible(False)
     if title:

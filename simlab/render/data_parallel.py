@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..i18n import _
 from ..sim.data_parallel import DEFAULT_MPARAMS, compare, scaled_workload, simulate_ddp, simulate_dp
 from ..sim.data_parallel_calibrate import fit_ddp_workload
-from .style import fmt, mib
+from .style import PAPER, RULE_GREY, fmt, mib, rows_table, time_unit
 
 # The knobs' values; each default is one of them, and equals the lesson's default scene exactly.
 MODEL_MPARAMS = tuple(DEFAULT_MPARAMS * 2.0 ** k for k in range(-4, 7))  # 0.918 M … 14.7 M … 940 M
@@ -22,14 +22,54 @@ BUCKET_CAP_MB = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.
 BANDWIDTH_GBPS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 300.0)
 
 
-def explorer_frame(world_size: int, model_mparams: float, bucket_cap_mb: float, bandwidth_gbps: float):
-    """(figure, rows, verdict) for one position of the knobs: rows are the two strategies' numbers,
-    already formatted for a table; verdict names the faster one, or says "tie"."""
-    from .data_parallel_timeline import draw_dp_vs_ddp
+CHART_WIDTH = 820  # px of the two timelines, the legend right of them: the figure's 10 inches
+MAX_LABELLED = 300  # events in a panel beyond which bars carry no names (as `draw_lanes`)
 
+
+def lanes_panel(trace, world_size: int, span: float, title: str, time_label: bool = True) -> dict:
+    """One strategy's timeline as a chart panel: `draw_lanes`'s picture (device 0 on top, compute above comm,
+    a bar per event in its category's colour, named where the name fits), in the same time unit."""
+    from .chart import axis, line, panel, rect
+    from .data_parallel_timeline import LANE_HEIGHT, LANES, _color, _lane, _row_inches, _shown_name, lane_of
+
+    t0 = min((e.start for e in trace), default=0.0)
+    scale, unit = time_unit(span)
+    marks = [line([0, span * scale], [r - 0.5] * 2, RULE_GREY, width=0.6) for r in range(1, world_size)]
+    for e in sorted(trace, key=lambda e: (e.rank, e.start, e.end)):
+        y0 = e.rank - 0.45 + (0 if lane_of(e) == "compute" else LANE_HEIGHT + 0.06)
+        start, end = (e.start - t0) * scale, (e.start - t0 + max(e.end - e.start, span * 0.002)) * scale
+        name = _shown_name(e.name or e.kind)
+        marks.append(rect(start, end, y0, y0 + LANE_HEIGHT, fill=_color(e), stroke=PAPER, width=0.6,
+                          label=[name, name.split(" ")[-1]] if len(trace) <= MAX_LABELLED else None,
+                          label_color=PAPER, tip=f"r{e.rank} {name}: {fmt(e.end - e.start)}"))
+    ticks = [(r - 0.45 + LANE_HEIGHT / 2 + k * (LANE_HEIGHT + 0.06), f"r{r} {_lane(lane)}")
+             for r in range(world_size) for k, lane in enumerate(LANES)]
+    height = 100 * _row_inches(world_size) * world_size + 70  # the figure's rows, its title and time axis
+    # a panel above another on the same time axis keeps its times but leaves the axis's name to the lower one
+    return panel(marks, x=axis(0, span * scale, _("time ({unit})").format(unit=unit) if time_label else ""),
+                 y=axis(-0.5, world_size - 0.5, "", ticks, invert=True), width=CHART_WIDTH, height=height, title=title)
+
+
+def dp_ddp_scene(dp_result, ddp_result, alt: str) -> dict:
+    """DP above, DDP below, on one time axis (the longer bar is the slower step): `draw_dp_vs_ddp` as a chart."""
+    from .chart import scene
+    from .data_parallel_timeline import COLOR, STYLE, _category, ddp_title, dp_title
+
+    span = max(dp_result.step_seconds, ddp_result.step_seconds) or 1.0
+    panels = [lanes_panel(dp_result.trace, dp_result.workload.world_size, span, dp_title(dp_result), False),
+              lanes_panel(ddp_result.trace, ddp_result.workload.world_size, span, ddp_title(ddp_result))]
+    # one legend: DP's kinds of bar in the order they start, then those only DDP has
+    events = [e for r in (dp_result, ddp_result) for e in sorted(r.trace, key=lambda e: e.start)]
+    used = dict.fromkeys(_category(e) for e in events)
+    return scene(panels=panels, legend=[(_(STYLE[c][1]), COLOR[c]) for c in used], legend_at="right", alt=alt)
+
+
+def explorer_frame(world_size: int, model_mparams: float, bucket_cap_mb: float, bandwidth_gbps: float):
+    """(scene, rows, verdict) for one position of the knobs: the two timelines as a chart scene, the two
+    strategies' numbers already formatted for a table, and the verdict (the faster one, or "tie")."""
     w = scaled_workload(world_size, model_mparams, bucket_cap_mb, bandwidth_gbps)
     c = compare(w)
-    fig = draw_dp_vs_ddp(simulate_dp(w), simulate_ddp(w))
+    dp, ddp = simulate_dp(w), simulate_ddp(w)
     # the columns, in the language in force (the keys are what table_html shows as headers)
     strategy, step, busiest, others = _("strategy"), _("step"), _("busiest device moves"), _("others move")
     buckets, hidden, exposed = _("buckets"), _("all-reduce hidden"), _("exposed")
@@ -44,7 +84,7 @@ def explorer_frame(world_size: int, model_mparams: float, bucket_cap_mb: float, 
     else:
         verdict = _("faster: {which} ({ratio}x)").format(which=c["faster"],
                                                          ratio=f"{max(c['speedup'], 1 / c['speedup']):.2f}")
-    return fig, rows, verdict
+    return dp_ddp_scene(dp, ddp, alt=rows_table(rows) + "\n" + verdict), rows, verdict
 
 
 def real_frame(result: dict):
@@ -100,7 +140,8 @@ def dp_ddp_explorer(run=None, world_size: int = 4, model_mparams: float = DEFAUL
     `simlab.parity.data_parallel.run_dp_and_ddp`) adds a button that runs the shown configuration."""
     import ipywidgets as W
 
-    from .controls import Panel, figure_image, run_control, show_figure, table_html, trace_link
+    from .chart import Chart
+    from .controls import Panel, run_control, table_html, trace_link
 
     for name, value, grid in (("model_mparams", model_mparams, MODEL_MPARAMS),
                               ("bucket_cap_mb", bucket_cap_mb, BUCKET_CAP_MB),
@@ -115,12 +156,12 @@ def dp_ddp_explorer(run=None, world_size: int = 4, model_mparams: float = DEFAUL
         "bandwidth_gbps": _slider("bandwidth_gbps", BANDWIDTH_GBPS, bandwidth_gbps, _("link"),
                                   lambda v: f"{v:g} GB/s"),
     }
-    picture, summary, sim_link = figure_image(), W.HTML(), W.Box()
+    picture, summary, sim_link = Chart(hint=""), W.HTML(), W.Box()
 
     def redraw(_change=None):
         values = {name: knob.value for name, knob in knobs.items()}
-        fig, rows, verdict = explorer_frame(**values)
-        show_figure(picture, fig)
+        drawn, rows, verdict = explorer_frame(**values)
+        picture.scene = drawn  # drawn in the browser: only the scene travels
         summary.value = table_html(rows, list(rows[0])) + f"<b>{verdict}</b>"
         trace = simulate_ddp(scaled_workload(**values)).trace
         sim_link.children = (trace_link(trace, "ddp_simulated.json"),)

@@ -182,21 +182,28 @@ def draw_dp_vs_ddp(dp_result, ddp_result):
     fig = Figure(figsize=(10, 1.6 + rows), layout="constrained")
     ax_dp, ax_ddp = fig.subplots(2, 1, sharex=True, height_ratios=[n_dp, n_ddp])
     span = max(dp_result.step_seconds, ddp_result.step_seconds) or 1.0
-    moved = [s + r for s, r in zip(dp_result.bytes_sent, dp_result.bytes_received)]
-    others = _(", every other device {moved}").format(moved=mib(max(moved[1:]))) if n_dp > 1 else ""
-    draw_lanes(dp_result.trace, n_dp, ax=ax_dp, span=span,
-               title=_("DP (nn.DataParallel, star model): step {step}; device 0 moves {moved}{others}").format(
-                   step=fmt(dp_result.step_seconds), moved=mib(moved[0]), others=others))
-    n = len(ddp_result.buckets)
-    draw_lanes(ddp_result.trace, n_ddp, ax=ax_ddp, span=span,
-               title=_("DDP: step {step}; all-reduce {comm} in {n} bucket{s}: {hidden} hidden behind backward, "
-                       "{exposed} exposed").format(
-                   step=fmt(ddp_result.step_seconds), comm=fmt(ddp_result.comm_seconds), n=n,
-                   s="" if n == 1 else "s", hidden=fmt(ddp_result.hidden_seconds),
-                   exposed=fmt(ddp_result.exposed_seconds)))
+    draw_lanes(dp_result.trace, n_dp, ax=ax_dp, span=span, title=dp_title(dp_result))
+    draw_lanes(ddp_result.trace, n_ddp, ax=ax_ddp, span=span, title=ddp_title(ddp_result))
     ax_dp.set_xlabel("")
     ax_dp.tick_params(labelbottom=True)  # sharex hides them: both panels keep readable times
     return fig
+
+
+def dp_title(dp_result) -> str:
+    """DP's panel title: its step and what device 0 (the hub) and the others move (render/data_parallel's chart too)."""
+    moved = [s + r for s, r in zip(dp_result.bytes_sent, dp_result.bytes_received)]
+    others = _(", every other device {moved}").format(moved=mib(max(moved[1:]))) if len(moved) > 1 else ""
+    return _("DP (nn.DataParallel, star model): step {step}; device 0 moves {moved}{others}").format(
+        step=fmt(dp_result.step_seconds), moved=mib(moved[0]), others=others)
+
+
+def ddp_title(ddp_result) -> str:
+    """DDP's panel title: its step, its all-reduce and how much of it backward hides."""
+    n = len(ddp_result.buckets)
+    return _("DDP: step {step}; all-reduce {comm} in {n} bucket{s}: {hidden} hidden behind backward, "
+             "{exposed} exposed").format(step=fmt(ddp_result.step_seconds), comm=fmt(ddp_result.comm_seconds), n=n,
+                                         s="" if n == 1 else "s", hidden=fmt(ddp_result.hidden_seconds),
+                                         exposed=fmt(ddp_result.exposed_seconds))
 
 
 def _cells(position: float) -> float:

@@ -5,6 +5,8 @@
 
 The plans are `advisor.search`'s or `advisor.evaluate_plan`'s dicts (numbers from `sim.hybrid_memory` and
 `sim.hybrid_time`); the strategy explorer (`render.hybrid_widgets`) draws both for the plans it compares.
+`memory_layout` and `time_layout` say where the bars go and where they are cut, once, for these figures and
+for the same pictures drawn in the browser (`render.hybrid_scene`).
 """
 from __future__ import annotations
 
@@ -16,6 +18,30 @@ MAX_OVER = 4  # bars taller than 4× the GPU's memory are cut at the top (and la
 NO_FIT = MATCH_COLOR[False]  # a plan that does not fit: outlined and named in red
 
 
+def memory_layout(plans: dict, gpu_memory: float):
+    """Where `draw_plan_memory` and `plan_memory_scene` put the bars: (has_cpu, bar width, x of each GPU bar,
+    totals and host bytes in GB, the GPU's line in GB, the top of the picture)."""
+    rows, n = list(plans.values()), len(plans)
+    has_cpu = any(p["cpu_bytes_per_gpu"] for p in rows)
+    width = 0.38 if has_cpu else 0.6  # a host bar beside each GPU bar: both narrower
+    xs = [i - width / 2 if has_cpu else i for i in range(n)]
+    totals = [p["bytes_per_gpu"]["total"] / GB for p in rows]
+    cpus = [p["cpu_bytes_per_gpu"] / GB for p in rows]
+    line = gpu_memory / GB
+    return has_cpu, width, xs, totals, cpus, line, min(max(totals + cpus + [line]), MAX_OVER * line) * 1.2
+
+
+def time_layout(plans: dict):
+    """The time bars' common scale: (the nonzero parts of the breakdowns in order, the right edge in seconds —
+    MAX_OVER× the fastest at most —, and `time_unit`'s scale and unit for it)."""
+    rows = list(plans.values())
+    parts = [k for k in dict.fromkeys(k for p in rows for k in p["breakdown"])
+             if any(p["breakdown"].get(k, 0) > 0 for p in rows)]
+    longest = max([p["step_seconds"] for p in rows] + [sum(p["breakdown"].values()) for p in rows]) or 1.0
+    end = min(longest, MAX_OVER * (min(p["step_seconds"] for p in rows) or longest))
+    return (parts, end) + time_unit(end)
+
+
 def draw_plan_memory(plans: dict, gpu_memory: float, ax=None, title=None):
     """One stacked bar per plan (label → a plan dict of `advisor.search` or `advisor.evaluate_plan`), in GB
     per GPU, against `gpu_memory` (dashed: what tensors can use, `GPU.usable_memory`); a plan the simulator
@@ -24,13 +50,7 @@ def draw_plan_memory(plans: dict, gpu_memory: float, ax=None, title=None):
     Returns the Figure."""
     rows, n = list(plans.values()), len(plans)
     ax = new_ax(ax, (1.5 * n + 3.2, 4.2))
-    has_cpu = any(p["cpu_bytes_per_gpu"] for p in rows)
-    width = 0.38 if has_cpu else 0.6
-    xs = [i - width / 2 if has_cpu else i for i in range(n)]
-    totals = [p["bytes_per_gpu"]["total"] / GB for p in rows]
-    cpus = [p["cpu_bytes_per_gpu"] / GB for p in rows]
-    line = gpu_memory / GB
-    top = min(max(totals + cpus + [line]), MAX_OVER * line) * 1.2
+    has_cpu, width, xs, totals, cpus, line, top = memory_layout(plans, gpu_memory)
     bottom = [0.0] * n
     for part, color in MEMORY_COLOR.items():
         heights = [p["bytes_per_gpu"][part] / GB for p in rows]
@@ -69,11 +89,7 @@ def draw_time_breakdown(plans: dict, ax=None, title=None):
     MAX_OVER× the fastest run off the right edge (their time written there, after an arrow). Returns the Figure."""
     rows, n = list(plans.values()), len(plans)
     ax = new_ax(ax, (9, 1.3 + 0.55 * n))
-    parts = [k for k in dict.fromkeys(k for p in rows for k in p["breakdown"])
-             if any(p["breakdown"].get(k, 0) > 0 for p in rows)]
-    longest = max([p["step_seconds"] for p in rows] + [sum(p["breakdown"].values()) for p in rows]) or 1.0
-    end = min(longest, MAX_OVER * (min(p["step_seconds"] for p in rows) or longest))
-    scale, unit = time_unit(end)
+    parts, end, scale, unit = time_layout(plans)
     left = [0.0] * n
     for part in parts:
         widths = [p["breakdown"].get(part, 0.0) * scale for p in rows]

@@ -7,12 +7,14 @@ then run a scaled-down version of the winner for real on this machine.
   lesson 4's simulator with this model's stage times (`sim.hybrid_time.pipeline_trace`).
 - `strategy_explorer(run=None)` wraps it in knobs (a primer scenario to start from, the model preset and its
   sizes, GPU; GPUs, GPUs per node and network as sliders that start on their grids; batch), built from the
-  shared toolkit (`render.controls`: a `Panel` whose saved form is a hint, the figure at its natural size,
-  the advisor's plans as a table) and, given `run` (e.g. `parity.hybrid.run_hybrid`; this module never
+  shared toolkit (`render.controls`: a `Panel` whose saved form is a hint, the advisor's plans as a table —
+  the pictures' text alternative) and, given `run` (e.g. `parity.hybrid.run_hybrid`; this module never
   starts processes itself), a `run_control` that runs `scaled_down(winner)` for real and offers its trace
-  for Perfetto.
+  for Perfetto. Its pictures are the same three, drawn in the browser (`render.chart.Chart`s of
+  `render.hybrid_scene.strategy_scenes`): a knob sends scenes, never a figure, and an answer is remembered
+  (`explored`), so going back to a setting is instant.
 
-The frames are pure, so tests need no browser.
+The frames and scenes are pure, so tests need no browser.
 
     >>> print(strategy_frame(scenario="nodes-slow", figure=False)[1].splitlines()[0])
     gpt3-175b (175B parameters) on 1024 × a100-80gb, 25 Gbit/s per node between nodes, batch 1536
@@ -21,26 +23,23 @@ The frames are pure, so tests need no browser.
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .._checks import check_choice
 from ..i18n import _, language
-from ..sim.advisor import by_family, family, search
+from ..sim.advisor import search
 from ..sim.hardware import GPUS
-from ..sim.hybrid import Plan
 from ..sim.hybrid_scenarios import BY_KEY, GPT2, WIDE, Scenario
-from ..sim.hybrid_time import pipeline_trace
 from ..sim.model import PRESETS
 from .hybrid_advisor import COLUMNS, _config_row, advisor_text
 from .hybrid_plans import draw_plan_memory, draw_time_breakdown
 from .hybrid_run import draw_predicted_vs_real, run_text, time_text
+from .hybrid_scene import best_plan, compared_plans, no_pipeline, pipeline_window, strategy_scenes
 from .pipeline import draw_gantt
 
 MODELS = {**PRESETS, GPT2.name: GPT2, WIDE.name: WIDE}
 GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
 NETWORKS = (25.0, 100.0, 400.0, 1600.0)  # Gbit/s per node: one 25 GbE link … 8 × 200 Gb/s InfiniBand
-RIVALS = ("single GPU", "single GPU + Offload", "DDP", "DP+ZeRO-1", "DP+ZeRO-3", "TP+DP", "PP+DP", "TP+PP+DP",
-          "TP+PP+DP+ZeRO-1", "TP+PP+DP+ZeRO-3")
-SHOWN = 4  # bars: the winner and up to three rivals
-GANTT_ACTIONS = 600  # a longer pipeline is drawn up to its 600th action (with a cursor): drawing stays fast
 
 
 def _question(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_batch, sizes) -> Scenario:
@@ -55,53 +54,37 @@ def _question(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global
                     {"inter_node_gbps": inter_node_gbps, "gpus_per_node": gpus_per_node})
 
 
-def _gantt(ax, q: Scenario, c, plan: Plan) -> None:
-    trace = pipeline_trace(q.model, plan, c, q.global_batch, mesh=None, executor=False, precision="mixed")
-    starts = sorted(e.start for e in trace)
-    until = starts[GANTT_ACTIONS] if len(starts) > GANTT_ACTIONS else None
-    m = q.global_batch // (plan.dp * plan.microbatch)
-    shown = (_(", its first {n} of {total} actions").format(n=GANTT_ACTIONS, total=len(trace))
-             if until is not None else "")
-    title = (_("the best plan's pipeline: {schedule}, p={pp}, m={m}").format(schedule=plan.schedule, pp=plan.pp, m=m)
-             + (f", v={plan.chunks}" if plan.chunks > 1 else "") + shown)
-    draw_gantt(trace, plan.pp, ax=ax, until=until, span=until, title=title)
-
-
 def strategy_frame(scenario: str | None = None, model: str = "gpt3-175b", gpu: str = "a100-80gb", gpus: int = 8,
                    gpus_per_node: int = 8, inter_node_gbps: float = 1600.0, global_batch: int = 64,
                    layers: int | None = None, hidden: int | None = None, heads: int | None = None,
                    top: int = 5, figure: bool = True):
     """(figure or None, text): the advisor's answer for a scenario (its key) or for the knobs given
     (`layers`, `hidden`, `heads` change the preset's sizes)."""
-    return _answer(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_batch, layers, hidden, heads,
-                   top, figure)[:2]
+    q, c, result, text = _answer(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_batch, layers,
+                                 hidden, heads, top)
+    return (_figure(q, c, result) if figure else None), text
 
 
-def _answer(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_batch, layers, hidden, heads, top,
-            figure, full=False):
-    """`strategy_frame`'s (figure, text), the best plan's config (None when nothing fits), and with `full`
-    the advisor's whole result."""
+def _answer(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_batch, layers, hidden, heads, top):
+    """(question, cluster, the advisor's whole result, `strategy_frame`'s text)."""
     q = _question(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_batch,
                   {"layers": layers, "hidden": hidden, "heads": heads})
     c = q.cluster()
     result = search(q.model, c, q.global_batch, top=top)
-    lines = [q.title()]
+    lines = [_(q.title())]
     if q.primer:
         # the primer's sentence is Chinese already: its English gloss only in English
         lines += [_("primer ({where}): {primer}").format(where=q.where, primer=q.primer)]
         lines += [f"  {q.english}"] if language() == "en" else []
     lines.append(advisor_text(result, top=top))
-    text, config = "\n".join(lines), result["best"]["config"] if result["best"] is not None else None
-    if not figure:
-        return (None, text, config) + ((result,) if full else ())
-    winner = family(config) if config is not None else None
-    rivals = by_family(q.model, c, q.global_batch, families=q.rivals or RIVALS)
-    if not q.rivals:  # a question of the learner's own: the fastest rival families (those that fit first)
-        rivals = dict(sorted(rivals.items(), key=lambda kv: (not kv[1]["fits"], kv[1]["step_seconds"])))
-    plans = {_("best: {winner}").format(winner=winner): result["best"]} if winner else {}
-    plans = dict(list((plans | {name: p for name, p in rivals.items() if name != winner}).items())[:SHOWN])
+    return q, c, result, "\n".join(lines)
+
+
+def _figure(q: Scenario, c, result: dict):
+    """The static picture: memory per GPU and where a step goes for the compared plans; under them the best
+    plan's pipeline as lesson 4's Gantt chart (or a line saying why there is none)."""
     from matplotlib.figure import Figure
-    plan = Plan(**config) if config is not None else None
+    plans, plan = compared_plans(q, c, result), best_plan(result)
     piped = plan is not None and plan.pp > 1
     fig = Figure(figsize=(12, 8.2 if piped else 4.8), layout="constrained")
     grid = fig.add_gridspec(2 if piped else 1, 2, height_ratios=(1.3, 1) if piped else None, width_ratios=(1, 1.25))
@@ -111,11 +94,21 @@ def _answer(scenario, model, gpu, gpus, gpus_per_node, inter_node_gbps, global_b
         draw_time_breakdown(plans, ax=time, title=_("where one step goes"))
         memory.tick_params(axis="x", labelrotation=20)
     if piped:
-        _gantt(fig.add_subplot(grid[1, :]), q, c, plan)
+        trace, until, title = pipeline_window(q, c, plan)
+        draw_gantt(trace, plan.pp, ax=fig.add_subplot(grid[1, :]), until=until, span=until, title=title)
     else:
-        fig.suptitle(_("no pipeline in the best plan (pp = 1)") if plan else _("nothing fits"), fontsize=9, x=0.02,
-                     ha="left")
-    return (fig, text, config) + ((result,) if full else ())
+        fig.suptitle(no_pipeline(plan), fontsize=9, x=0.02, ha="left")
+    return fig
+
+
+@lru_cache(maxsize=32)
+def explored(knobs: tuple, lang: str):
+    """The strategy explorer's answer for one position of its knobs ((name, value) pairs), in language `lang`:
+    (text, the advisor's whole result, `strategy_scenes`). Remembered for 32 positions, so going back to a
+    setting — how a learner compares two — answers at once; a first visit costs the advisor's search (its two
+    evaluations of every plan, `search` and `by_family`: about 0.5 s for 1,024 GPUs on two busy cores)."""
+    q, c, result, text = _answer(None, **dict(knobs), top=5)
+    return text, result, strategy_scenes(q, c, result)
 
 
 def scaled_down(config: dict) -> dict:
@@ -160,11 +153,13 @@ def strategy_explorer(scenario: str = "nodes-slow", run=None, predict=None):
     """Pick a primer scenario, then change the model, its sizes, the GPUs, the network or the batch; with
     `run`, a button runs the winner scaled down (`scaled_down`) on local processes, and with `predict`
     (result → predicted trace, e.g. `parity.hybrid.predicted_trace`) draws the prediction above the run.
-    Returns a `Panel`; `.knobs`, `.scenario`, `.verdict`, `.picture`, `.small` and `.run_control` are its
-    parts, for tests and curious learners."""
+    Returns a `Panel`; `.knobs`, `.scenario`, `.verdict` (the advisor's answer: the charts' text alternative),
+    `.charts` (memory, time, gantt: `render.chart.Chart`s, drawn in the browser), `.note`, `.small` and
+    `.run_control` are its parts, for tests and curious learners."""
     import ipywidgets as w
 
-    from .controls import Panel, figure_image, readout_html, run_control, show_figure, table_html, trace_link
+    from .chart import Chart
+    from .controls import Panel, readout_html, run_control, table_html, trace_link
     check_choice("scenario", scenario, tuple(BY_KEY))
     start = _knob_values(BY_KEY[scenario])
     size = lambda name, top: w.BoundedIntText(value=start[name], min=1, max=top, description=name,  # noqa: E731 — a one-line local helper
@@ -180,15 +175,15 @@ def strategy_explorer(scenario: str = "nodes-slow", run=None, predict=None):
                                               layout=w.Layout(width="200px"))}
     pick = w.Dropdown(options=[(f"{s.where}: {s.english}", s.key) for s in BY_KEY.values()], value=scenario,
                       description=_("scenario"), layout=w.Layout(width="95%"))
-    verdict, picture, small_line = w.HTML(), figure_image(), w.HTML()
+    verdict, small_line, note = w.HTML(), w.HTML(), w.HTML()
+    charts = {}  # "memory", "time", "gantt": one Chart each, made by the first answer
     busy, best = [], {}  # busy: a scenario is filling the knobs, so they redraw once, not nine times
 
     def show(change=None) -> None:
         if busy:
             return
         try:
-            fig, summary, config, result = _answer(None, **{k: knob.value for k, knob in knobs.items()}, top=5,
-                                                   figure=True, full=True)
+            summary, result, scenes = explored(tuple((k, knob.value) for k, knob in knobs.items()), language())
         except ValueError as err:  # e.g. a batch no layout divides: say so in one line, keep the last picture
             verdict.value = readout_html(str(err).splitlines()[0])
             return
@@ -198,9 +193,14 @@ def strategy_explorer(scenario: str = "nodes-slow", run=None, predict=None):
         table = table_html(rows, list(COLUMNS)) if rows else ""
         verdict.value = readout_html("\n".join(lines[:counted + 1])) + table + readout_html(
             "\n".join(lines[lines.index(_("why:")):]))
-        show_figure(picture, fig)
+        for name in ("memory", "time", "gantt"):  # a scene each; a picture with nothing to draw is hidden
+            chart = charts.setdefault(name, Chart())  # its hint: chart.py's own
+            if scenes[name] is not None:
+                chart.scene = scenes[name]
+            chart.layout.display = None if scenes[name] is not None else "none"
+        note.value = readout_html(scenes["note"]) if scenes["note"] else ""
         best.clear()
-        best.update(config or {})
+        best.update(result["best"]["config"] if result["best"] is not None else {})
         small_line.value = readout_html(_small_text(scaled_down(best)) if best else _("nothing fits: nothing to run"))
 
     def choose(change) -> None:
@@ -223,7 +223,8 @@ def strategy_explorer(scenario: str = "nodes-slow", run=None, predict=None):
     show()
     children = [pick, w.HBox([knobs[k] for k in ("model", "layers", "hidden", "heads")]),
                 w.HBox([knobs[k] for k in ("gpu", "gpus", "gpus_per_node")]),
-                w.HBox([knobs[k] for k in ("inter_node_gbps", "global_batch")]), verdict, picture]
+                w.HBox([knobs[k] for k in ("inter_node_gbps", "global_batch")]), verdict,
+                w.HBox([charts["memory"], charts["time"]]), note, charts["gantt"]]
     control = None
     if run is not None:
         def run_small() -> dict:
@@ -242,6 +243,6 @@ def strategy_explorer(scenario: str = "nodes-slow", run=None, predict=None):
         children += [small_line, control]
     panel = Panel(children, hint=_("▶ run this cell to get the strategy explorer: a primer case, then your own "
                                    "model, GPUs, network and batch"))
-    panel.knobs, panel.scenario, panel.verdict, panel.picture = knobs, pick, verdict, picture
+    panel.knobs, panel.scenario, panel.verdict, panel.charts, panel.note = knobs, pick, verdict, charts, note
     panel.small, panel.run_control = small_line, control
     return panel

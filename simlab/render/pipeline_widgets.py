@@ -3,13 +3,16 @@ readout table; a time player greys out what has not run yet; a button runs the s
 processes and draws it under its simulation.
 
 Every number it shows comes from `simlab.sim.pipeline.explore` (which moves knobs a schedule cannot take
-to the nearest it can); this module only draws. A knob change simulates once and draws one picture;
-playing the timeline then happens in the browser (`player.reveal_player`: the picture is not redrawn
-per tick), so Play takes about ten seconds whatever the schedule's size. The real run is not started
-here: the notebook hands the explorer a function that runs it (`simlab.parity.pipeline.run_pipeline`),
-as renderers start no processes. `explorer_frame`, `real_run` and `real_view` are the pure parts, so
-tests need no browser. Every word shown goes through `_()` (simlab.i18n), looked up when the explorer is
-built, so it speaks the language in force then; the numbers are the same in every language.
+to the nearest it can); this module only draws. A knob change simulates once and sends one scene
+(`explorer_scene`: the chart as data, `render.pipeline_scene`), which the browser draws; playing the
+timeline then happens in the browser too (`pipeline_scene.GanttTimeline`: a veil moved over the chart, not
+redrawn per tick), so Play takes about ten seconds whatever the schedule's size. `explorer_frame` draws
+the same chart with matplotlib (a static figure). The real run is not started here: the notebook hands
+the explorer a function that runs it (`simlab.parity.pipeline.run_pipeline`), as renderers start no
+processes; its one-off result is drawn with matplotlib. `explorer_scene`, `explorer_frame`, `real_run`
+and `real_view` are the pure parts, so tests need no browser. Every word shown goes through `_()`
+(simlab.i18n), looked up when the explorer is built, so it speaks the language in force then; the
+numbers are the same in every language.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from ..sim.pipeline import explore, peak_activations
 from ..sim.pipeline_schedules import SCHEDULES, make_schedule, nearest_valid
 from .controls import Panel, run_control, table_html, trace_link, trace_link_html
 from .pipeline import draw_gantt, draw_gantt_sim_vs_real
-from .player import reveal_player
+from .pipeline_scene import GanttTimeline, gantt_scene, time_scale
 
 NAMES = tuple(SCHEDULES)  # naive, gpipe, 1f1b, interleaved, zero-bubble
 RATIOS = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0)  # t_B / t_F: the slider's exact values (2: the lesson's)
@@ -128,10 +131,18 @@ def _check_knobs(name, stages, microbatches, chunks, ratio) -> None:
             name="ratio", value=repr(ratio), options=", ".join(f"{r:g}" for r in RATIOS)))
 
 
+def explorer_scene(run, ratio: float = 2.0) -> dict:
+    """The scene of an `explore` result (the picture `frame_of` draws, for the browser): its Gantt chart titled
+    with the knobs, the readout line as its text alternative."""
+    _plan, trace, readout = run
+    return gantt_scene(trace, readout["stages"], title=chart_title(readout, ratio), alt=readout_text(readout))
+
+
 def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8, chunks: int = 2,
                       ratio: float = 2.0, run=None) -> Panel:
     """Knobs → one simulated Gantt chart in a time player + a readout table + the simulated trace's link.
-    With `run` (e.g. `simlab.parity.pipeline.run_pipeline`), a button runs the knobs' schedule for real."""
+    With `run` (e.g. `simlab.parity.pipeline.run_pipeline`), a button runs the knobs' schedule for real.
+    The chart is drawn in the browser (`pipeline_scene.GanttTimeline`): a knob sends a scene, not a picture."""
     import ipywidgets as w
     _check_knobs(name, stages, microbatches, chunks, ratio)
     slider = dict(continuous_update=False, style={"description_width": "initial"})
@@ -145,20 +156,15 @@ def schedule_explorer(name: str = "1f1b", stages: int = 4, microbatches: int = 8
                                    **slider)}
     readout, sim_link = w.HTML(), w.HTML()
     peak_units = _(PEAK_UNITS)
-    player = None
+    player = GanttTimeline(hint=_("▶ run this cell to get the timeline player"), label_prefix="t ")
 
-    def rebuild(_change=None) -> None:  # one simulation and one picture per knob change
-        nonlocal player
+    def rebuild(_change=None) -> None:  # one simulation and one scene per knob change
         k = {key: knob.value for key, knob in knobs.items()}
         knobs["chunks"].disabled = k["name"] != "interleaved"  # only interleaving splits a rank into chunks
         sim = explore(k["name"], k["stages"], k["microbatches"], k["chunks"], k["ratio"])
-        fig, _text = frame_of(sim, k["ratio"])  # the picture `explorer_frame` draws, timed in the tests
         times, captions = timeline_ticks(sim[1])
-        if player is None:
-            player = reveal_player(fig, fig.axes[0], times, captions=captions, label="t ",
-                                   hint=_("▶ run this cell to get the timeline player"))
-        else:
-            player.set_reveal(fig, fig.axes[0], times, captions)
+        scale = time_scale(sim[1])  # the ticks in the chart's time unit
+        player.set_reveal(explorer_scene(sim, k["ratio"]), [x * scale for x in times], captions)
         r = sim[2]
         readout.value = table_html(readout_rows(r), list(readout_rows(r)[0])) + f"<small>{peak_units}</small>"
         sim_link.value = trace_link_html(sim[1], f"pipeline_simulated_{r['schedule']}_p{r['stages']}_m"

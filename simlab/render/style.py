@@ -39,6 +39,7 @@ RULE_GREY = "#cccccc"  # a thin rule between rows
 EMPTY_GREY = "#d9d9d9"  # a cell that cannot hold anything (a host holds no parameters)
 PAPER_GREY = "#f4f4f4"  # an empty cell's background
 PALE_YELLOW = "#fdf2cc"  # someone else's block (ZeRO), a pipeline stage's fill
+PAPER = "#ffffff"  # the background of a picture drawn in the browser (render/chart.py), and a text's halo
 
 # ---------------------------------------------------------------- what each colour means
 
@@ -74,10 +75,34 @@ MEMORY_COLOR = {**PART_COLOR, "activations": PURPLE}
 TIME_COLOR = {"compute": BLUE, "tp_comm": KIND_COLOR["tp"], "pp_p2p": KIND_COLOR["pp"], "pp_bubble": "#cdc3e3",
               "dp_comm": KIND_COLOR["dp"], "overlap": "#9fb7d9", "offload": CPU_COLOR,
               "optimizer": PART_COLOR["optimizer"]}
+# lesson 5b: one step on one GPU. Model states as lesson 3's parts, the fp32 master copy and Adam's two moments
+# in greens (lesson 3's "optimizer" is the three together); activations in purples by what kind of tensor a term
+# is (the s² scores red: they are what flash and selective recomputation remove); what the GPU cannot give to
+# tensors in greys; a step's phases; the machines on a roofline
+STATE_COLOR = {"params": BLUE, "grads": ORANGE, "master": "#2e7d44", "adam_m": GREEN, "adam_v": "#9fd3a8"}
+# one colour per kind of stored tensor (segments of one colour get white edges): the norms' inputs, the GEMMs' inputs,
+# Q K V, the s² scores, FlashAttention's log-sum-exp, the MLP's 4h-wide tensors, the dropout masks after each block
+TERM_GROUP_COLOR = {"norm inputs": "#b7aedb", "GEMM inputs": PURPLE, "Q, K, V": "#9d91c9", "s² scores": RED,
+                    "flash log-sum-exp": PINK, "GeLU in and out": "#6a5aa6", "dropout masks": "#d9d2ee"}
+TERM_GROUP = {"ln1_input": "norm inputs", "qkv_input": "GEMM inputs", "q": "Q, K, V", "k": "Q, K, V",
+              "v": "Q, K, V", "softmax_output": "s² scores", "softmax_dropout_mask": "s² scores",
+              "softmax_dropout_output": "s² scores", "flash_lse": "flash log-sum-exp", "out_proj_input": "GEMM inputs",
+              "attention_dropout_mask": "dropout masks", "ln2_input": "norm inputs", "fc1_input": "GEMM inputs",
+              "gelu_input": "GeLU in and out", "gelu_output": "GeLU in and out", "mlp_dropout_mask": "dropout masks"}
+TERM_COLOR = {term: TERM_GROUP_COLOR[group] for term, group in TERM_GROUP.items()}
+STEP_EXTRA_COLOR = {"working": "#c9bfe6", "embedding": "#e6e0f5", "logits": OLIVE}  # activations around the layers
+RESERVE_COLOR = {"cuda_context": EDGE_GREY, "nccl": RULE_GREY, "fragmentation": EMPTY_GREY, "free": PAPER_GREY}
+STEP_PHASE_COLOR = {"forward": BLUE, "backward": GREEN, "recompute": PINK, "output_layer": PURPLE,
+                    "optimizer": BROWN}
+MACHINE_COLOR = {"this machine": TAB_BLUE, "h100-80gb": TAB_ORANGE}
 
 # ---------------------------------------------------------------- figures
 
 MIN_FONT = 10  # points: every word on a figure, shown at DISPLAY_DPI (10 pt = 14 px)
+# the fonts of a picture drawn in the browser (render/chart.py): matplotlib's own first, so a chart reads like
+# the course's figures, then the CJK fonts a system may have (Noto Sans CJK, as `i18n.use_cjk_font` registers)
+FONT_STACK = ('"DejaVu Sans", "Noto Sans CJK SC", "Noto Sans SC", "Source Han Sans SC", "PingFang SC", '
+              '"Microsoft YaHei", "WenQuanYi Micro Hei", sans-serif')
 
 
 def new_ax(ax, figsize):

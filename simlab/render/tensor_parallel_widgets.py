@@ -4,8 +4,10 @@ a tensor-parallel block's forward and backward.
 - `mlp_split_frame(a_split, b_split, ranks)`: (figure, text) for one choice of splits: shapes per rank,
   the collectives the choice needs (bytes from the simulator's ring collectives) and whether the result
   is exact or wrong (`split_forward`, with and without the sync before GeLU). `mlp_explorer(run=…)` wraps
-  it in knobs, a button that runs the shown choice on real processes (`run`, e.g.
-  `parity.tensor_parallel.run_tp_split`, passed in by the notebook) and sets the real run's collectives,
+  it in knobs (the picture drawn in the browser from `mlp_scene_of`'s scene by a `render.chart.Chart`, the
+  text under it as its readout and text alternative), a button that runs the shown choice on real
+  processes (`run`, e.g. `parity.tensor_parallel.run_tp_split`, passed in by the notebook) and sets the
+  real run's collectives,
   bytes and errors beside the simulated ones (`real_split_rows`), and Perfetto links to both traces.
 - `steps_text`, `step_frame` and `steps_player`: `block_steps` as a table, one step at a time, and a
   player over `draw_tp_steps` (every frame drawn once, stepped in the browser), with the real run's
@@ -33,10 +35,12 @@ from ..sim.tensor_parallel_choices import (
     split_trace,
     sync_rows,
 )
-from .controls import Panel, figure_image, readout_html, run_control, show_figure, trace_link
+from .chart import Chart
+from .controls import Panel, readout_html, run_control, trace_link
 from .player import frame_player
 from .style import rows_table
 from .tensor_parallel import count_of, draw_mlp_shards, draw_tp_steps, real_counts_line, shown
+from .tensor_parallel_scene import mlp_scene
 
 TP_SIZES = (1, 2, 4, 8)
 EXACT = 1e-12  # float64, partial sums added in another order: exact up to rounding
@@ -128,27 +132,37 @@ def real_split_line(real: dict) -> str:
                                   shortcut=f"{real['shortcut_error']:.3g}")
 
 
+def mlp_scene_of(a_split: str, b_split: str, ranks: int, summary: str = "") -> dict:
+    """The explorer's picture of one choice as a scene for the browser (`tensor_parallel_scene.mlp_scene`),
+    titled as `mlp_split_frame`'s figure; `summary` (its text) is the scene's text alternative."""
+    return mlp_scene(a_split, b_split, ranks, hidden=HIDDEN, ffn=FFN, alt=summary, title=_("{choice} on {ranks}").format(
+        choice=choice_title(a_split, b_split), ranks=count_of(ranks, "rank")))
+
+
 def mlp_explorer(a_split: str = "column", b_split: str = "row", ranks: int = 4, run=None):
     """Pick the split of A, of B and the TP size; see the shards, the communication and the error. With
-    `run(a_split=, b_split=, world_size=)` (e.g. `run_tp_split`) a button runs the shown choice for real."""
+    `run(a_split=, b_split=, world_size=)` (e.g. `run_tp_split`) a button runs the shown choice for real.
+    The picture is a `render.chart.Chart` (drawn in the browser: a knob sends a scene, not a figure); the
+    readout under it is its text alternative. `.knobs`, `.chart`, `.readout` and `.run_control` are its parts."""
     import ipywidgets as w
     kinds = [(_(kind), kind) for kind in (N_("column"), N_("row"))]  # (label, value): the value stays the sim's
     knobs = {"a_split": w.ToggleButtons(options=kinds, value=a_split, description=_("A by")),
              "b_split": w.ToggleButtons(options=kinds, value=b_split, description=_("B by")),
              "ranks": w.Dropdown(options=TP_SIZES, value=ranks, description=_("TP size"))}
-    image, text, links = figure_image(), w.HTML(), w.HBox()
+    chart, text, links = Chart(hint=_("▶ run this cell to get the split explorer")), w.HTML(), w.HBox()
     choice = lambda: {k: knob.value for k, knob in knobs.items()}  # noqa: E731 — the knobs' values, read at each redraw
 
     def show(_=None) -> None:
-        fig, summary = mlp_split_frame(**choice())
+        c = choice()
+        _fig, summary = mlp_split_frame(**c, figure=False)
         text.value = readout_html(summary)
-        show_figure(image, fig)
-        links.children = (trace_link(split_trace(*choice().values()), "tp_split_simulated.json"),)
+        chart.scene = mlp_scene_of(c["a_split"], c["b_split"], c["ranks"], summary)
+        links.children = (trace_link(split_trace(*c.values()), "tp_split_simulated.json"),)
         if control is not None:  # a result of another choice would be misread as this one's
             control.readout.value, control.extra.children, control.progress.value = "", (), ""
             control.image.layout.display = "none"
 
-    def show_real(real: dict):
+    def show_real(real: dict):  # a one-off result: its figure is drawn once, in the kernel
         c = choice()
         fig = draw_mlp_shards(c["a_split"], c["b_split"], c["ranks"], HIDDEN, FFN,
                               title=choice_title(c["a_split"], c["b_split"]), footer=real_split_line(real))
@@ -162,9 +176,11 @@ def mlp_explorer(a_split: str = "column", b_split: str = "row", ranks: int = 4, 
     for knob in knobs.values():
         knob.observe(show, names="value")
     show()
-    parts = [w.HBox(list(knobs.values())[:2]), knobs["ranks"], image, text, links]
-    return Panel(parts + ([control] if control is not None else []),
-                 hint=_("▶ run this cell to get the split explorer"))
+    parts = [w.HBox(list(knobs.values())[:2]), knobs["ranks"], chart, text, links]
+    panel = Panel(parts + ([control] if control is not None else []),
+                  hint=_("▶ run this cell to get the split explorer"))
+    panel.knobs, panel.chart, panel.readout, panel.run_control = knobs, chart, text, control
+    return panel
 
 
 def plan_steps(result: dict) -> list[TPStep]:

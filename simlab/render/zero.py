@@ -33,6 +33,7 @@ from .style import (
     PAPER_GREY,
     PART_COLOR,
     SOFT_INK,
+    display_width,
     new_ax,
 )
 
@@ -119,6 +120,37 @@ def _scene(step):
     return letters, any(h["grads"] or h["optim"] for h in step.cpu)
 
 
+def grid_layout(step, world_size: int) -> dict:
+    """Where everything of `draw_zero_step`'s grid sits, in its units (a block slot is 1 wide): the GPU and host
+    columns (name, x0, top), the cells (x0, y0, holds anything), the row labels (kind, y0), the blocks
+    (name, x, y0, owned). The matplotlib figure and the browser's chart (`render.zero_widgets`) both draw it."""
+    letters, has_cpu = _scene(step)
+    n, slot, gap, row_h, sep = world_size, 1.0, 0.5, 1.3, 0.4
+    cell_w = len(letters) * n * slot + (len(letters) - 1) * gap + 0.6
+    fit = max(1, int(MAX_WIDTH // (cell_w + sep)))
+    per_band = -(-n // -(-n // fit))  # balanced bands: 4 GPUs that fit 3 a band go 2 + 2
+    places, cols = [], [(f"GPU{g}", g, step.holdings[g]) for g in range(n)]
+    for first in ([0, -(-n // per_band)] if has_cpu else [0]):  # the hosts start a new band
+        places += [(i % per_band, first + i // per_band) for i in range(n)]
+    cols += [(f"CPU{g}", g, step.cpu[g]) for g in range(n)] if has_cpu else []
+    band_h = len(KINDS) * row_h + 1.4
+    out = {"width": per_band * (cell_w + sep), "left": 2.4, "bands": places[-1][1] + 1, "band_h": band_h,
+           "cell_w": cell_w, "slot": slot, "columns": [], "cells": [], "rows": [], "blocks": []}  # left: row labels
+    for (name, g, held), (c, band) in zip(cols, places):
+        x0, top = c * (cell_w + sep), -band * band_h
+        out["columns"].append((name, x0, top))
+        for r, kind in enumerate(KINDS):
+            y0 = top - (r + 1) * row_h
+            blocks = held.get(kind)  # a host holds no parameters: a grey cell
+            out["cells"].append((x0, y0, blocks is not None))
+            if c == 0:
+                out["rows"].append((kind, y0))
+            for b in sorted(blocks or ()):
+                bx = x0 + 0.3 + letters.index(b[0]) * (n * slot + gap) + int(b[1:]) * slot
+                out["blocks"].append((b, bx, y0, int(b[1:]) == g))
+    return out
+
+
 def draw_zero_step(step, world_size: int, ax=None, describe: bool = True):
     """Grid of one ZeroStep: a column per GPU (and per host under offload), rows params/grads/optim.
 
@@ -129,42 +161,30 @@ def draw_zero_step(step, world_size: int, ax=None, describe: bool = True):
     the step's description out of the title (a player shows it as a caption, so every frame has one size).
     """
     from matplotlib.patches import Rectangle
-    letters, has_cpu = _scene(step)
-    n, slot, gap, row_h, sep = world_size, 1.0, 0.5, 1.3, 0.4
-    cell_w = len(letters) * n * slot + (len(letters) - 1) * gap + 0.6
-    fit = max(1, int(MAX_WIDTH // (cell_w + sep)))
-    per_band = -(-n // -(-n // fit))  # balanced bands: 4 GPUs that fit 3 a band go 2 + 2
-    places, cols = [], [(f"GPU{g}", g, step.holdings[g]) for g in range(n)]
-    for first in ([0, -(-n // per_band)] if has_cpu else [0]):  # the hosts start a new band
-        places += [(i % per_band, first + i // per_band) for i in range(n)]
-    cols += [(f"CPU{g}", g, step.cpu[g]) for g in range(n)] if has_cpu else []
-    bands, band_h = places[-1][1] + 1, len(KINDS) * row_h + 1.4
-    width, left = per_band * (cell_w + sep), 2.4  # left: room for the row labels
+    g = grid_layout(step, world_size)
+    width, left, bands, band_h = g["width"], g["left"], g["bands"], g["band_h"]
     ax = new_ax(ax, (UNIT_IN * (width + left), 0.8 + UNIT_IN * band_h * bands))
-    for (name, g, held), (c, band) in zip(cols, places):
-        x0, top = c * (cell_w + sep), -band * band_h
-        ax.text(x0 + cell_w / 2, top + 0.15, name, ha="center", va="bottom", fontsize=MIN_FONT, fontweight="bold")
-        for r, kind in enumerate(KINDS):
-            y0 = top - (r + 1) * row_h
-            blocks = held.get(kind)  # a host holds no parameters: a grey cell
-            ax.add_patch(Rectangle((x0, y0), cell_w, 1.1, facecolor=PAPER_GREY if blocks is not None
-                                   else EMPTY_GREY, edgecolor=EDGE_GREY, gid="cell"))
-            if c == 0:
-                ax.text(x0 - 0.3, y0 + 0.55, _(PART_NAMES[kind]), ha="right", va="center", fontsize=MIN_FONT)
-            for b in sorted(blocks or ()):
-                owned = int(b[1:]) == g
-                bx = x0 + 0.3 + letters.index(b[0]) * (n * slot + gap) + int(b[1:]) * slot
-                ax.add_patch(Rectangle((bx + 0.04, y0 + 0.15), slot - 0.08, 0.8, gid="block",
-                                       facecolor=OWNED_COLOR if owned else GATHERED_COLOR,
-                                       edgecolor=INK, linestyle="-" if owned else "--"))
-                ax.text(bx + slot / 2, y0 + 0.55, b, ha="center", va="center", fontsize=MIN_FONT,  # "a10": 20 of 25 px
-                        color="white" if owned else INK, fontweight="bold" if owned else "normal")
+    for name, x0, top in g["columns"]:
+        ax.text(x0 + g["cell_w"] / 2, top + 0.15, name, ha="center", va="bottom", fontsize=MIN_FONT, fontweight="bold")
+    for x0, y0, full in g["cells"]:
+        ax.add_patch(Rectangle((x0, y0), g["cell_w"], 1.1, facecolor=PAPER_GREY if full else EMPTY_GREY,
+                               edgecolor=EDGE_GREY, gid="cell"))
+    for kind, y0 in g["rows"]:
+        ax.text(-0.3, y0 + 0.55, _(PART_NAMES[kind]), ha="right", va="center", fontsize=MIN_FONT)
+    for b, bx, y0, owned in g["blocks"]:
+        ax.add_patch(Rectangle((bx + 0.04, y0 + 0.15), g["slot"] - 0.08, 0.8, gid="block",
+                               facecolor=OWNED_COLOR if owned else GATHERED_COLOR,
+                               edgecolor=INK, linestyle="-" if owned else "--"))
+        ax.text(bx + g["slot"] / 2, y0 + 0.55, b, ha="center", va="center", fontsize=MIN_FONT,  # "a10": 20 of 25 px
+                color="white" if owned else INK, fontweight="bold" if owned else "normal")
     ax.set_xlim(-left, width)
     ax.set_ylim(-bands * band_h + 0.7, 0.8)
     ax.axis("off")
     title = _("step {index}: {name}").format(index=step.index, name=step.name)
     if describe:  # wrapped to the figure's width: a long title would widen the saved picture
-        title += "\n" + "\n".join(textwrap.wrap(step.description, int(11.5 * UNIT_IN * (width + left))))
+        said = _(step.description)  # the walkthrough's Message, in the reader's language
+        columns = int(11.5 * UNIT_IN * (width + left)) // (2 if display_width(said) > len(said) else 1)  # CJK: 2 wide
+        title += "\n" + "\n".join(textwrap.wrap(said, columns))
     ax.set_title(title, fontsize=MIN_FONT)
     ax.add_patch(Rectangle((0, 0), 0, 0, facecolor=OWNED_COLOR, label=_("owned block")))
     ax.add_patch(Rectangle((0, 0), 0, 0, facecolor=GATHERED_COLOR, edgecolor=INK,

@@ -10,10 +10,18 @@ import pytest
 matplotlib.use("Agg")
 
 from simlab.parity.data_parallel import run_dp_and_ddp  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.chart import Chart  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.controls import Panel  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.data_parallel import BANDWIDTH_GBPS, BUCKET_CAP_MB, MODEL_MPARAMS, dp_ddp_explorer, explorer_frame  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.style import fmt  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.sim.data_parallel import compare, workload_from_layers  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.data_parallel_timeline import ddp_title, dp_title  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.style import fmt, time_unit  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.data_parallel import (  # noqa: E402 — after matplotlib.use("Agg")
+    compare,
+    scaled_workload,
+    simulate_ddp,
+    simulate_dp,
+    workload_from_layers,
+)
 
 NOTEBOOK = pathlib.Path(__file__).parents[2] / "notebooks/02_data_parallel.ipynb"
 
@@ -57,11 +65,48 @@ def test_readout_is_a_table_that_does_not_wrap_and_a_tie_is_a_tie():
 
 def test_moving_a_knob_redraws_the_picture_and_the_simulated_trace_link():
     panel = dp_ddp_explorer()
-    before, link = panel.picture.value, panel.sim_link.children[0].value
-    assert before and panel.picture.layout.display is None  # shown, at its natural width
+    before, link = panel.picture.scene, panel.sim_link.children[0].value
+    assert isinstance(panel.picture, Chart) and before["panels"]  # drawn in the browser from this scene
     assert "ddp_simulated.json" in link and "ui.perfetto.dev" in link
     panel.knobs["bucket_cap_mb"].value = 1000.0
-    assert panel.picture.value != before and panel.sim_link.children[0].value != link  # one bucket now
+    assert panel.picture.scene != before and panel.sim_link.children[0].value != link  # one bucket now
+
+
+def assert_scene_is_the_engines(scene, w):
+    """The two panels are the engine's two timelines: a bar per event where the trace puts it, device rows,
+    the time axis as long as the slower step, the titles with the engine's numbers, the readout as alt."""
+    dp, ddp = simulate_dp(w), simulate_ddp(w)
+    span = max(dp.step_seconds, ddp.step_seconds)
+    scale, _unit = time_unit(span)
+    assert [p["title"] for p in scene["panels"]] == [dp_title(dp), ddp_title(ddp)]
+    for p, result in zip(scene["panels"], (dp, ddp)):
+        bars = [m for m in p["marks"] if m["kind"] == "rect"]
+        events = sorted(result.trace, key=lambda e: (e.rank, e.start, e.end))
+        assert len(bars) == len(events) and p["x"]["max"] == pytest.approx(span * scale)
+        for bar, e in zip(bars, events):
+            assert bar["x0"] == pytest.approx((e.start - min(x.start for x in events)) * scale)
+            if e.end - e.start >= span * 0.002:  # shorter ones are drawn as a sliver
+                assert bar["x1"] - bar["x0"] == pytest.approx((e.end - e.start) * scale)
+            assert e.rank - 0.5 < bar["y0"] < bar["y1"] < e.rank + 0.5  # in its device's row
+        assert len(p["y"]["ticks"]) == 2 * w.world_size and p["y"]["invert"]  # device 0 on top
+    rows = compare(w)
+    assert fmt(rows["dp_step_seconds"]) in scene["alt"] and fmt(rows["ddp_step_seconds"]) in scene["alt"]
+
+
+@pytest.mark.parametrize("knob, value", [("world_size", 1), ("world_size", 7), ("model_mparams", MODEL_MPARAMS[0]),
+                                         ("bucket_cap_mb", 1.0), ("bucket_cap_mb", 1000.0),
+                                         ("bandwidth_gbps", 0.1), ("bandwidth_gbps", 300.0)])
+def test_each_knob_changes_the_scene_as_the_engine_says(knob, value):
+    panel = dp_ddp_explorer()
+    before = panel.picture.scene
+    panel.knobs[knob].value = value
+    values = {name: k.value for name, k in panel.knobs.items()}
+    w = scaled_workload(**values)
+    assert panel.picture.scene != before and panel.picture.scene == explorer_frame(**values)[0]
+    assert_scene_is_the_engines(panel.picture.scene, w)
+    if knob == "bucket_cap_mb":  # the number of buckets the engine builds is the one the title gives
+        n = len(simulate_ddp(w).buckets)
+        assert f" in {n} bucket{'' if n == 1 else 's'}:" in panel.picture.scene["panels"][1]["title"]
 
 
 def test_run_button_runs_the_shown_configuration_for_real_and_draws_it():

@@ -1,14 +1,18 @@
-"""Lesson 6's explorer and real-run views: the frame is the advisor's answer and its pictures, the knobs
-change it, the button runs the scaled-down winner, and the run's text marks exactly what agrees."""
+"""Lesson 6's explorer and real-run views: the frame is the advisor's answer and its pictures (drawn in the
+browser from scenes), each knob redraws them as the advisor answers the new question, the button runs the
+scaled-down winner, and the run's text marks exactly what agrees."""
 import ipywidgets as w
 import matplotlib
 import pytest
 
 matplotlib.use("Agg")
 
+from simlab.render import hybrid_widgets as HW  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.chart import Chart  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.hybrid_advisor import advisor_text  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.hybrid_run import TOLERANCE, draw_predicted_vs_real, run_text, time_text  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.hybrid_widgets import GANTT_ACTIONS, SHOWN, scaled_down, strategy_explorer, strategy_frame  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.hybrid_scene import GANTT_ACTIONS, SHOWN, strategy_scenes  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.hybrid_widgets import scaled_down, strategy_explorer, strategy_frame  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.advisor import family, search  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.hardware import cluster  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.hybrid_scenarios import BY_KEY, SCENARIOS  # noqa: E402 — after matplotlib.use("Agg")
@@ -93,11 +97,16 @@ def test_the_explorer_reacts_to_a_scenario_and_runs_the_winner_scaled_down():
     ui = strategy_explorer("node-fits", run=fake_run, predict=lambda r: FAKE["trace"])
     assert repr(ui).startswith("▶ run this cell to get the strategy explorer")  # what a saved notebook shows
     assert "<table" in ui.verdict.value and ("DDP" in ui.verdict.value or "DP+ZeRO" in ui.verdict.value)
-    assert ui.picture.value and ui.picture.layout.display is None  # the figure, shown
+    charts = ui.charts
+    assert all(isinstance(c, Chart) for c in charts.values()) and charts["memory"].scene["marks"]
+    assert [c.layout.display for c in charts.values()] == [None, None, "none"]  # no pipeline: no Gantt chart …
+    assert "no pipeline in the best plan (pp = 1)" in ui.note.value  # … and the line that says so
     assert "scaled down for this machine: dp=2 × pp=1 × tp=1 = 2 processes" in ui.small.value
     ui.scenario.value = "nodes-slow"
     assert ui.knobs["gpus"].value == 1024 and ui.knobs["inter_node_gbps"].value == 25.0
     assert "TP+PP+DP+ZeRO-1" in ui.verdict.value
+    assert charts["gantt"].layout.display is None and ui.note.value == ""
+    assert charts["gantt"].scene["title"].startswith("the best plan's pipeline: 1f1b, p=16")
     assert "dp=2 × pp=2 × tp=2 = 8 processes, 1f1b, ZeRO-1" in ui.small.value
     control = ui.run_control
     assert control.image.layout.display == "none"  # nothing drawn before a run
@@ -139,11 +148,52 @@ def test_a_failing_run_is_one_line_in_the_explorer():
 
 def test_a_bad_knob_in_the_explorer_is_said_not_raised():
     ui = strategy_explorer("node-fits")
-    before = ui.picture.value
+    before = {name: c.scene for name, c in ui.charts.items()}
     ui.knobs["heads"].value = 7  # hidden 2304 is not 7 heads' worth
     text = ui.verdict.value
     assert "hidden=2304" in text and "heads=7" in text and text.count("<pre") == 1 and "\n" not in text
-    assert ui.picture.value == before  # the last picture stays
+    assert {name: c.scene for name, c in ui.charts.items()} == before  # the last picture stays
+
+
+def engine_answer(ui) -> tuple[dict, dict]:
+    """What the advisor says for the explorer's knobs as they are: (its result, the scenes of that answer)."""
+    values = {k: knob.value for k, knob in ui.knobs.items()}
+    q = HW._question(None, **{k: v for k, v in values.items() if k not in ("layers", "hidden", "heads")},
+                     sizes={k: values[k] for k in ("layers", "hidden", "heads")})
+    result = search(q.model, q.cluster(), q.global_batch, top=5)
+    return result, strategy_scenes(q, q.cluster(), result)
+
+
+@pytest.mark.parametrize("knob, value", [("gpus", 2048), ("gpus_per_node", 4), ("inter_node_gbps", 400.0),
+                                         ("gpu", "h100-80gb"), ("model", "llama2-70b"), ("global_batch", 3072),
+                                         ("layers", 48)])
+def test_each_knob_redraws_the_advisors_answer_for_the_new_question(knob, value):
+    ui = strategy_explorer("nodes-slow")
+    before = {name: c.scene for name, c in ui.charts.items()}
+    ui.knobs[knob].value = value
+    result, scenes = engine_answer(ui)
+    assert {name: ui.charts[name].scene for name in ("memory", "time")} == {"memory": scenes["memory"],
+                                                                             "time": scenes["time"]}
+    if scenes["gantt"] is not None:
+        assert ui.charts["gantt"].scene == scenes["gantt"] and ui.charts["gantt"].layout.display is None
+    else:
+        assert ui.charts["gantt"].layout.display == "none" and scenes["note"] in ui.note.value
+    assert {name: c.scene for name, c in ui.charts.items()} != before  # the question changed, so did the picture
+    rows = HW.explorer_rows(result)
+    assert all(f">{row['s/step']}<" in ui.verdict.value for row in rows)  # the table is the advisor's top plans
+
+
+def test_going_back_to_a_setting_answers_from_memory_without_searching_again(monkeypatch):
+    ui = strategy_explorer("nodes-slow")
+    ui.knobs["gpus"].value = 512
+    calls, real = [], HW.search
+    monkeypatch.setattr(HW, "search", lambda *a, **k: calls.append(a) or real(*a, **k))
+    shown = ui.charts["memory"].scene
+    ui.knobs["gpus"].value = 1024
+    ui.knobs["gpus"].value = 512
+    assert calls == [] and ui.charts["memory"].scene == shown  # both answered before: the same scenes, no search
+    ui.knobs["gpus"].value = 256
+    assert len(calls) == 1
 
 
 def test_the_explorer_without_a_run_has_no_button():

@@ -122,10 +122,11 @@ def test_explorer_rejects_bad_knobs(bad):
 
 def test_explorer_widget_redraws_on_a_knob():
     box = mlp_explorer()
-    image, text = box.children[2:4]
-    assert image.value[:4] == b"\x89PNG" and "exact" in text.value
+    chart, text = box.children[2:4]
+    before = chart.scene
+    assert before["marks"] and "exact" in text.value
     box.children[0].children[0].value = "row"  # A by rows
-    assert "WRONG" in text.value
+    assert "WRONG" in text.value and chart.scene != before and "WRONG" in chart.alt
 
 
 def test_steps_text_and_figure_are_block_steps():

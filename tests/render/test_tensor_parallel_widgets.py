@@ -1,7 +1,8 @@
-"""Lesson 5's widgets through their own API: the split explorer (a Panel with a hint, its picture at natural
-size, a Perfetto link of the simulated trace, knobs whose defaults are the lesson's), its real-run control
-(run_tp_split on gloo: the real collectives, bytes and errors land beside the simulated ones), the real split
-run itself against the simulator, the step player (frames drawn once), and text ≥ 10 pt in every figure."""
+"""Lesson 5's widgets through their own API: the split explorer (a Panel with a hint, its picture a scene drawn
+in the browser and redrawn by each knob as shard_plan lays the shards out, a Perfetto link of the simulated
+trace, knobs whose defaults are the lesson's), its real-run control (run_tp_split on gloo: the real collectives,
+bytes and errors land beside the simulated ones), the real split run itself against the simulator, the step
+player (frames drawn once), and text ≥ 10 pt in every figure."""
 import base64
 import html
 import json
@@ -12,11 +13,13 @@ import pytest
 matplotlib.use("Agg")
 
 from simlab.parity.tensor_parallel import run_tp, run_tp_split  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.chart import Chart  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.player import FramePlayer  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.tensor_parallel import draw_mlp_shards, draw_split, draw_tp_steps  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.tensor_parallel_widgets import (  # noqa: E402 — after matplotlib.use("Agg")
     TP_SIZES,
     mlp_explorer,
+    mlp_scene_of,
     mlp_split_frame,
     plan_steps,
     real_split_line,
@@ -24,8 +27,15 @@ from simlab.render.tensor_parallel_widgets import (  # noqa: E402 — after matp
     step_frame,
     steps_player,
 )
-from simlab.sim.tensor_parallel import block_steps, split_linear  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.sim.tensor_parallel_choices import mlp_inputs, split_error, split_trace, sync_rows  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.tensor_parallel import block_steps, shard_plan, split_linear  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.tensor_parallel_choices import (  # noqa: E402 — after matplotlib.use("Agg")
+    FFN,
+    HIDDEN,
+    mlp_inputs,
+    split_error,
+    split_trace,
+    sync_rows,
+)
 
 CHOICES = [(a, b) for a in ("column", "row") for b in ("column", "row")]
 
@@ -46,10 +56,33 @@ def test_explorer_is_a_panel_with_the_lessons_defaults():
     a, b, ranks = knobs(panel)
     # the lesson's text works at TP size 4 with Megatron's split: the defaults are those, and on the knobs' options
     assert (a.value, b.value, ranks.value) == ("column", "row", 4) and ranks.value in ranks.options == TP_SIZES
-    image, text = panel.children[2:4]
-    assert image.value[:4] == b"\x89PNG" and image.layout.display is None and int(image.width) < 800
+    chart, text = panel.children[2:4]
+    assert chart is panel.chart and isinstance(chart, Chart) and text is panel.readout
+    assert chart.scene == mlp_scene_of("column", "row", 4, mlp_split_frame("column", "row", 4, figure=False)[1])
+    assert chart.scene["width"] < 800 and repr(chart) == "▶ run this cell to get the split explorer"
     assert "white-space:pre" in text.value and "Megatron" in text.value
+    assert chart.alt == html.unescape(text.value.split(">", 1)[1].rsplit("<", 1)[0])  # the readout, as its alt
     assert len(panel.children) == 5  # no run given: no button
+
+
+@pytest.mark.parametrize("knob, value", [("a_split", "row"), ("b_split", "column"), ("ranks", 8), ("ranks", 1)])
+def test_each_knob_redraws_the_shards_as_shard_plan_lays_them_out(knob, value):
+    panel = mlp_explorer()
+    panel.knobs[knob].value = value
+    c = {k: w.value for k, w in panel.knobs.items()}
+    summary = mlp_split_frame(**c, figure=False)[1]
+    assert panel.chart.scene == mlp_scene_of(c["a_split"], c["b_split"], c["ranks"], summary)
+    owners = {}  # matrix → rank → cells, read off the scene's tips
+    for m in panel.chart.scene["marks"]:
+        if m["kind"] == "rect":
+            name, rank = m["tip"][0], int(m["tip"].rsplit(" ", 1)[1])
+            owners.setdefault(name, {}).setdefault(rank, 0)
+            owners[name][rank] += 1
+    for name, kind, shape in (("A", c["a_split"], (HIDDEN, FFN)), ("B", c["b_split"], (FFN, HIDDEN))):
+        plan = shard_plan(kind, c["ranks"], shape)
+        assert owners[name] == {r: (r1 - r0) * (c1 - c0) for r, ((r0, r1), (c0, c1)) in
+                                enumerate(zip(plan.rows, plan.cols))}
+    assert summary.splitlines()[0] in html.unescape(panel.readout.value)
 
 
 def test_explorer_links_the_simulated_trace_of_the_shown_choice():

@@ -1,5 +1,6 @@
 """Lesson 3's widgets, built through their own API: the memory calculator starts exactly at the paper's
-numbers, the walkthrough player holds one frame per step, and the explorer's button runs the chosen stage on
+numbers and every knob redraws its browser-drawn bars as the engine says, the walkthrough player holds one
+scene per step (the grid the figure draws), and the explorer's button runs the chosen stage on
 real processes and shows the measured numbers. Every figure's text is ≥ 10 pt at ≤ ~9.6 inches wide, so
 ≥ 14 px on screen, and no legend covers a label."""
 import ipywidgets as w
@@ -10,8 +11,9 @@ matplotlib.use("Agg")
 
 from matplotlib.text import Text  # noqa: E402 — after matplotlib.use("Agg")
 
+from simlab.render.chart import Chart, ChartPlayer  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.picture import PIXEL_SCALE, figure_png, png_size  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.render.player import FramePlayer  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.style import GATHERED_COLOR, INK, OWNED_COLOR, PART_COLOR  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.render.zero import (  # noqa: E402 — after matplotlib.use("Agg")
     calculator_rows,
     calculator_title,
@@ -19,8 +21,15 @@ from simlab.render.zero import (  # noqa: E402 — after matplotlib.use("Agg")
     draw_memory_curve,
     draw_offload_timeline,
     draw_zero_step,
+    gb,
+    grid_layout,
 )
-from simlab.render.zero_widgets import memory_calculator, walkthrough_player, zero_explorer  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.zero_widgets import (  # noqa: E402 — after matplotlib.use("Agg")
+    memory_calculator,
+    walkthrough_player,
+    zero_explorer,
+    zero_step_scene,
+)
 from simlab.sim.memory import comm_volume_per_step, per_gpu_bytes  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.zero import holdings_text, walkthrough  # noqa: E402 — after matplotlib.use("Agg")
 
@@ -68,11 +77,11 @@ def test_calculator_starts_exactly_at_the_papers_example():
     for knob in (knobs["params"], knobs["gpus"]):  # every slider's default lies on its grid
         assert isinstance(knob, w.SelectionSlider) and knob.value == [v for _, v in knob.options][knob.index]
     assert off_grid(panel) == [] and off_grid(zero_explorer(run_real)) == []  # no slider the browser would snap
-    image, table = panel.children[2], panel.children[3]
-    assert image.value[:4] == b"\x89PNG" and image.layout.display is None
-    assert int(image.width) == round(png_size(image.value)[0] / PIXEL_SCALE)  # natural size
+    chart, table = panel.children[2], panel.children[3]
+    assert isinstance(chart, Chart) and chart.scene["alt"].startswith(calculator_title(7.5e9, 64, "mixed"))
+    totals = [m["text"] for m in chart.scene["marks"] if m["kind"] == "text" and m.get("bold")]
     for total in ("120", "31.4", "16.6", "1.88"):  # the paper's Figure 1, as the lesson printed it
-        assert f">{total}<" in table.value
+        assert f">{total}<" in table.value and total in totals and total in chart.alt
     assert "white-space:nowrap" in table.value
 
 
@@ -82,6 +91,35 @@ def test_calculator_follows_its_knobs():
     panel.knobs["offload"].value = True
     rows = per_gpu_bytes(175_000_000_000, 64, 3, offload=True, precision="mixed")
     assert f">{rows['total'] / 1e9:.3g}<" in panel.children[3].value  # 175 B, stage 3 + offload
+
+
+def assert_bars_are_the_engines(scene, params, gpus, precision, offload):
+    """A stacked bar per stage whose parts are `per_gpu_bytes`'s, its total on top; a hatched host bar under
+    offload (stages 2 and 3 only), as tall as what the engine puts on the host."""
+    bars = [m for m in scene["marks"] if m["kind"] == "rect" and "hatch" not in m]
+    hosts = [m for m in scene["marks"] if m["kind"] == "rect" and "hatch" in m]
+    totals = [m["text"] for m in scene["marks"] if m["kind"] == "text" and m.get("bold")]
+    for stage in range(4):
+        model = per_gpu_bytes(int(params), gpus, stage, offload=offload and stage >= 2, precision=precision)
+        parts = bars[3 * stage:3 * stage + 3]
+        assert [m["y1"] - m["y0"] for m in parts] == [pytest.approx(model[k] / 1e9) for k in PART_COLOR]
+        assert [m["fill"] for m in parts] == list(PART_COLOR.values()) and parts[0]["y0"] == 0
+        assert parts[-1]["y1"] == pytest.approx(model["total"] / 1e9) and totals[stage] == gb(model["total"])
+    assert [m["y1"] for m in hosts] == [pytest.approx(per_gpu_bytes(int(params), gpus, s, offload=True,
+                                                                    precision=precision)["cpu"] / 1e9)
+                                        for s in (2, 3)] * offload
+
+
+@pytest.mark.parametrize("knob, value", [("params", 1.75e11), ("params", 1e6), ("gpus", 1), ("gpus", 1024),
+                                         ("precision", "fp32"), ("precision", "mixed-fp32-grads"), ("offload", True)])
+def test_each_calculator_knob_changes_the_scene_as_the_engine_says(knob, value):
+    panel = memory_calculator()
+    before = panel.children[2].scene
+    panel.knobs[knob].value = value
+    k = {name: w.value for name, w in panel.knobs.items()}
+    scene = panel.children[2].scene
+    assert scene != before and scene["title"] == calculator_title(k["params"], k["gpus"], k["precision"])
+    assert_bars_are_the_engines(scene, k["params"], k["gpus"], k["precision"], k["offload"])
 
 
 def test_calculator_refuses_an_off_grid_default_in_one_line():
@@ -103,13 +141,28 @@ def test_calculator_figure_is_readable_and_its_legend_covers_no_label(gpus, offl
 def test_walkthrough_player_has_one_frame_per_step(stage, offload):
     steps = walkthrough(stage, offload=offload)
     player = walkthrough_player(steps, 3)
-    assert isinstance(player, FramePlayer) and repr(player).startswith("▶ run this cell")
+    assert isinstance(player, ChartPlayer) and repr(player).startswith("▶ run this cell")
     assert player.count == len(player.frames) == len(steps)
     assert all(holdings_text(st).split("\n")[0] in cap for st, cap in zip(steps, player.captions))
     assert "white-space:pre" in player.captions[0]  # the table scrolls, never wraps mid-word
-    import base64
-    sizes = {png_size(base64.b64decode(f)) for f in player.frames}
+    assert player.frames == [zero_step_scene(st, 3) for st in steps]
+    sizes = {(f["width"], f["height"]) for f in player.frames}
     assert len(sizes) == 1  # every frame the same size: the picture does not jump while playing
+
+
+@pytest.mark.parametrize("stage, offload, world_size", [(3, False, 3), (2, True, 3), (1, False, 8)])
+def test_a_step_scene_is_the_grid_the_figure_draws(stage, offload, world_size):
+    """Every block the engine says a GPU (or host) holds, where `grid_layout` puts it: solid blue if that GPU
+    owns it, pale and dashed if gathered; the step's holdings table is its text alternative."""
+    for step in walkthrough(stage, world_size=world_size, offload=offload):
+        scene, g = zero_step_scene(step, world_size), grid_layout(step, world_size)
+        held = sum(len(b) for h in step.holdings + step.cpu for b in h.values() if b)
+        blocks = [m for m in scene["marks"] if m["kind"] == "rect" and m["stroke"] == INK]
+        assert len(blocks) == len(g["blocks"]) == held
+        for m, (_name, bx, y0, owned) in zip(blocks, g["blocks"]):
+            assert (m["x0"], m["y0"]) == (pytest.approx(bx + 0.04), pytest.approx(y0 + 0.15))
+            assert m["fill"] == (OWNED_COLOR if owned else GATHERED_COLOR) and m.get("dash", False) == (not owned)
+        assert scene["alt"].endswith(holdings_text(step)) and f"step {step.index}: {step.name}" == scene["title"]
 
 
 @pytest.mark.parametrize("fig", [
@@ -129,6 +182,7 @@ def test_explorer_runs_the_chosen_stage_for_real():
     assert panel.pick.value == 3 and panel.player.count == len(walkthrough(3))
     panel.pick.value = 2  # the walkthrough and the simulated trace follow the picked stage
     assert panel.player.count == len(walkthrough(2)) and "zero2_simulated.json" in panel.sim_link.value
+    assert panel.player.frames == [zero_step_scene(st, 3) for st in walkthrough(2)]
     control = panel.control
     assert control.image.layout.display == "none"  # hidden until a run has a picture
     real = control.run_now()
