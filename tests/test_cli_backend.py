@@ -18,6 +18,7 @@ TARGETS = {
     "zero3": ["--world-size", "2", "--steps", "1"], "offload": ["--world-size", "2", "--steps", "1"],
     "pp": ["--world-size", "2", "--microbatches", "2"], "tp": ["--world-size", "2"],
     "hybrid": ["--world-size", "2", "--dp", "2", "--steps", "2"],
+    "step": ["--world-size", "2", "--microbatches", "2", "--microbatch-size", "1", "--steps", "1"],
 }
 
 
@@ -32,7 +33,7 @@ def test_the_table_covers_every_run_target():
 @pytest.mark.parametrize("target", [t for t in TARGETS if t != "dp"])
 def test_nccl_without_a_gpu_per_rank_is_refused_naming_the_flag(target, rejected, no_launch):
     assert torch.cuda.device_count() < 64  # this machine: not 64 GPUs, so NCCL cannot run 64 ranks
-    batch = ["--global-batch", "64"] if "--steps" in TARGETS[target] and target != "hybrid" else []  # split over 64
+    batch = ["--global-batch", "64"] if "--steps" in TARGETS[target] and target not in ("hybrid", "step") else []  # over 64
     grid = ["--dp", "64"] if target == "hybrid" else []  # the 3-D grid must fill the 64 ranks
     rejected(["run", target, *TARGETS[target], *batch, *grid, "--world-size", "64", "--backend", "nccl"],
              "--backend='nccl': needs one GPU per rank, 64 for --world-size=64")

@@ -181,7 +181,8 @@ def test_json_is_strict_everywhere_it_is_offered():
         if prefix[0] in ("run", "calibrate") or not any(a.option_strings == ["--json"] for a in parser._actions):
             continue
         positional = [sorted(map(str, a.choices))[0] for a in parser._actions if not a.option_strings and a.choices]
-        needs = {"plan": ["--model", "megatron-1.7b-2021", "--global-batch", "64"]}.get(prefix[0], [])
+        needs = {"plan": ["--model", "megatron-1.7b-2021", "--global-batch", "64"],
+                 "step": ["--model", "megatron-1.7b-2021"]}.get(prefix[0], [])
         code, out, err = run_cli(prefix + positional + needs + ["--json"])
         assert code == 0, (prefix, err)
         assert isinstance(_strict(out), dict)

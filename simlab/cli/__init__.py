@@ -23,11 +23,11 @@ import os
 import sys
 import traceback
 
-from . import collectives, data_parallel, hybrid, hybrid_calibrate, pipeline, tensor_parallel, zero
+from . import collectives, data_parallel, hybrid, hybrid_calibrate, pipeline, tensor_parallel, training_step, zero
 from .common import OneLineParser, as_flags, is_printing_rank, summary, torchrun_worker, write_trace
 
 # the command modules, in help order: lessons 1-6, then lesson 6's `simlab calibrate`
-LESSONS = (collectives, data_parallel, zero, pipeline, tensor_parallel, hybrid, hybrid_calibrate)
+LESSONS = (collectives, data_parallel, zero, pipeline, tensor_parallel, training_step, hybrid, hybrid_calibrate)
 
 
 def build_parser() -> OneLineParser:

@@ -33,6 +33,12 @@ NETWORK = ("nics_per_node", "nic_gbps", "network_alpha_us")
 def add_model_flags(p, plan_defaults: bool) -> None:
     """The model (a preset or its shape) and the plan's knobs; `plan_defaults`: knobs default to a plain
     plan (for `memory`), else to "free" (None: `plan` searches over what is not given)."""
+    add_shape_flags(p)
+    add_plan_flags(p, plan_defaults)
+
+
+def add_shape_flags(p) -> None:
+    """The model alone: a preset, an imported config, or its shape and knobs (`model_from` reads them)."""
     p.add_argument("--model", default=None, help="a preset: gpt3-175b, llama2-7b|70b, llama3-8b|70b|405b, "
                                                  "bloom-176b, mpt-7b|70b, … megatron-1.7b-2021 … megatron-1008b-2021")
     add_import_flags(p)
@@ -47,6 +53,9 @@ def add_model_flags(p, plan_defaults: bool) -> None:
                    "(--no-biases: RMSNorm, Llama's)")
     p.add_argument("--positions", choices=("learned", "rotary"), default=None, help="a learned position table, "
                    "or rotary (no parameters)")
+
+
+def add_plan_flags(p, plan_defaults: bool) -> None:
     free = lambda value: value if plan_defaults else None  # noqa: E731 — a one-line local helper
     p.add_argument("--microbatch", type=int, default=free(1), help="sequences per micro-batch b")
     for name in ("tp", "pp", "dp"):
@@ -119,20 +128,29 @@ def plan_from(args, **defaults) -> Plan:
 
 
 def add_machine_flags(p) -> None:
-    from ..sim.hardware import GPUS
     p.add_argument("--gpus", type=int, default=8, help="GPUs in all (default 8)")
     p.add_argument("--gpus-per-node", type=int, default=None, help="GPUs per node (default 8)")
-    p.add_argument("--gpu", choices=tuple(GPUS), default="a100-80gb", help="GPU preset (default a100-80gb)")
+    add_gpu_flags(p)
     p.add_argument("--inter-node-gbps", type=float, default=None,
                    help="network Gbit/s per node: 1600 for 8×200 Gb/s InfiniBand, 25 for one 25 GbE link")
     p.add_argument("--nics-per-node", type=int, default=None, help="NICs per node (with --nic-gbps)")
     p.add_argument("--nic-gbps", type=float, default=None, help="Gbit/s per NIC (with --nics-per-node)")
     p.add_argument("--network-alpha-us", type=float, default=None, help="µs per ring step across nodes (14)")
+    add_hardware_flag(p)
+
+
+def add_gpu_flags(p) -> None:
+    """One GPU: a preset and any of its numbers changed (`cluster_from` reads them)."""
+    from ..sim.hardware import GPUS
+    p.add_argument("--gpu", choices=tuple(GPUS), default="a100-80gb", help="GPU preset (default a100-80gb)")
     helps = {"gpu_memory_gib": "GiB the GPU reports", "peak_tflops": "dense BF16 TFLOP/s",
              "peak_tflops_fp8": "dense FP8 TFLOP/s", "hbm_gbs": "memory GB/s", "nvlink_gbs": "NVLink bus GB/s",
              "nvlink_alpha_us": "µs per ring step inside a node", "pcie_gbs": "host link GB/s (Offload)"}
     for name, what in helps.items():
         p.add_argument(f"--{name.replace('_', '-')}", type=float, default=None, help=f"the GPU's {what}")
+
+
+def add_hardware_flag(p) -> None:
     p.add_argument("--hardware", metavar="FILE", default=None,
                    help="a JSON object of any of the machine flags above, e.g. {\"peak_tflops\": 900}; flags win")
 

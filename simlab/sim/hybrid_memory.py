@@ -95,6 +95,12 @@ def stage_params(model: Transformer, k: Knobs, stage: int) -> np.ndarray:
     return k.last * per_layer + output + np.where(k.pp == 1, embedding, 0)
 
 
+def zero3_unit(model: Transformer, tp) -> np.ndarray:
+    """Parameters ZeRO-3 holds gathered at once on one GPU of t: the layer, or `ZERO3_UNIT` of a bigger one, but
+    never less than its largest matrix (one parameter is gathered whole; below that takes memory-centric tiling)."""
+    return np.minimum(model.layer_params_per_rank(tp), np.maximum(ZERO3_UNIT, model.largest_matrix / np.asarray(tp)))
+
+
 def model_states(model: Transformer, k: Knobs, precision: str, stage: int) -> dict:
     """Weights, gradients and optimizer state per GPU of a stage; shards round up, as `simlab.sim.memory` does."""
     p_b, g_b, o_b = STATE_BYTES[precision]
@@ -105,29 +111,59 @@ def model_states(model: Transformer, k: Knobs, precision: str, stage: int) -> di
     optimizer = np.where(k.offload, 0, np.where(k.zero >= 1, shard, full) * o_b)
     # ZeRO-3: the unit at work gathered (weights and gradients), and the next unit's weights if prefetched; a unit
     # is a layer, or at most 1e9 parameters of a bigger one (DeepSpeed's stage3_max_live_parameters default;
-    # FSDP users wrap such a layer's linears one by one)
-    layer = np.minimum(model.layer_params_per_rank(k.tp), ZERO3_UNIT)
+    # FSDP users wrap such a layer's linears one by one) — but never less than its largest matrix: a parameter is
+    # gathered whole (going below one tensor takes memory-centric tiling, ZeRO-Infinity's TiledLinear)
+    layer = zero3_unit(model, k.tp)
     gathered = np.where(k.zero >= 3, layer * (p_b + g_b + k.overlap_params * p_b), 0)
     return {"params": params + gathered, "grads": grads, "optimizer": optimizer,
             "cpu": np.where(k.offload, shard * HOST_BYTES, 0)}
 
 
-def layer_activation_bytes(model: Transformer, k: Knobs, recompute=None, fp8: bool = False) -> np.ndarray:
-    """One layer, one micro-batch, 16-bit: Korthikanti's Table 2 (`recompute` overrides the plan's). `fp8`: the
-    four GEMMs' inputs are saved for the backward in FP8, one byte instead of two (Transformer Engine)."""
+def _per_element(model: Transformer, k: Knobs, rec, fp8: bool) -> dict:
+    """`activation_terms` in bytes per element of a (s, b, h) tensor, before full recomputation drops them."""
     s, h, a = model.seq, model.hidden, model.heads
-    sbh = s * k.b * h
-    split = 4 + 4 * model.kv_width / h + (6 if model.gated else 4) * model.ffn_width / h  # 24 for GPT
-    split -= (1 + model.ffn_width / h) if fp8 else 0  # the attention projection's and the MLP's down input
-    masks = 2 if model.dropout else 0  # after attention and after the MLP, one byte per element each
-    norms = 8 - (2 if fp8 else 0)  # two norms' inputs (2 + 2) and outputs (2 + 2), the outputs being GEMM inputs
-    replicated = np.where(k.sp, (norms + masks) / k.tp, norms + masks)
-    eager = (5 if model.dropout else 2) * a * s / (h * k.tp)  # the s² term: softmax out (+ its dropout, mask)
-    flash = 4 * a / (h * k.tp)  # the log-sum-exp of each row, 4 bytes per head and token
+    kv, ffn = model.kv_width / h, model.ffn_width / h
+    gemm_in = 1 if fp8 else 2  # bytes per element of a GEMM's saved input
+    mask = 1 if model.dropout else 0  # one byte per element; Llama has no dropout
+    replicated = np.where(k.sp, 1 / k.tp, 1)  # what TP repeats on every rank, unless sequence parallelism splits it
+    split = 1 / k.tp
+    eager = (k.attention == ATTENTION.index("eager")) & (rec == 0)
+    scores = np.where(eager, a * s / h * split, 0)  # a·s²·b elements per s·b·h, split over t by heads
+    return {
+        "ln1_input": 2 * replicated, "qkv_input": gemm_in * replicated,
+        "q": 2 * split, "k": 2 * kv * split, "v": 2 * kv * split,
+        "softmax_output": 2 * scores, "softmax_dropout_mask": mask * scores, "softmax_dropout_output": 2 * mask * scores,
+        "flash_lse": np.where(k.attention == ATTENTION.index("flash"), 4 * a / h * split, 0),
+        "out_proj_input": gemm_in * split, "attention_dropout_mask": mask * replicated,
+        "ln2_input": 2 * replicated, "fc1_input": gemm_in * replicated,
+        "gelu_input": (4 if model.gated else 2) * ffn * split,  # gated: the gate's and the up projection's outputs
+        "gelu_output": gemm_in * ffn * split, "mlp_dropout_mask": mask * replicated}
+
+
+def activation_terms(model: Transformer, k: Knobs, recompute=None, fp8: bool = False) -> dict:
+    """One layer, one micro-batch, 16-bit, tensor by tensor (Korthikanti's §4.1): {term: bytes on one TP rank},
+    in the order the forward saves them; lesson 5b says what each tensor is (`training_step_memory.TERMS`).
+    Each term is a multiple of s·b·h bytes: "replicated" across TP ranks (the norms' inputs and outputs, the
+    dropout masks: split only under sequence parallelism), split over t (Q, K, V, the projections' and the
+    MLP's inputs), or the s² scores (eager attention, split over t by heads). Eager attention keeps the
+    softmax's output (and with dropout its mask and its output) unless selective recomputation drops them;
+    FlashAttention keeps a row's log-sum-exp instead (4 bytes per head and token); full recomputation keeps
+    the layer's input alone. `fp8`: the four GEMMs' inputs are saved in FP8, one byte instead of two."""
     rec = k.recompute if recompute is None else recompute
-    scores = np.where(k.attention == ATTENTION.index("flash"), flash, np.where(rec == 0, eager, 0))
-    per = sbh * (replicated + split / k.tp + scores)
-    return np.where(rec == 2, 2 * sbh / np.where(k.sp, k.tp, 1), per)
+    sbh = model.seq * k.b * model.hidden
+    kept = np.where(rec == 2, 0, sbh)  # full recomputation: only the layer's input stays, the rest is rebuilt
+    return {name: (sbh if name == "ln1_input" else kept) * c for name, c in _per_element(model, k, rec, fp8).items()}
+
+
+def layer_activation_bytes(model: Transformer, k: Knobs, recompute=None, fp8: bool = False) -> np.ndarray:
+    """One layer, one micro-batch, 16-bit: Korthikanti's Table 2 (`recompute` overrides the plan's), the sum of
+    `activation_terms` (added up per element first: the advisor calls this for thousands of plans at once):
+    sbh(34 + 5as/h) for GPT with eager attention, sbh(10 + 24/t + 5as/(ht)) with TP. `fp8`: the four GEMMs'
+    inputs are saved for the backward in FP8, one byte instead of two (Transformer Engine)."""
+    rec = k.recompute if recompute is None else recompute
+    per = _per_element(model, k, rec, fp8)
+    sbh = model.seq * k.b * model.hidden
+    return sbh * per.pop("ln1_input") + np.where(rec == 2, 0, sbh) * sum(per.values())
 
 
 def in_flight(k: Knobs, m, stage: int) -> np.ndarray:
@@ -142,7 +178,7 @@ def in_flight(k: Knobs, m, stage: int) -> np.ndarray:
 
 def activations(model: Transformer, k: Knobs, m, precision: str, stage: int) -> dict:
     """A stage's activations: its layers' and, around them, the embedding's output (first stage) or the
-    final norm and fp32 logits of one micro-batch (last stage)."""
+    final norm and fp32 logits of one micro-batch (last stage); each piece, and their sum `activations`."""
     scale = ACTIVATION_BYTES[precision] / 2  # the formulas count 16-bit values; fp32 doubles them
     layers = (k.first, k.mid, k.last)[stage]
     stored = layer_activation_bytes(model, k, fp8=precision == "fp8") * layers * in_flight(k, m, stage) * scale
@@ -150,9 +186,13 @@ def activations(model: Transformer, k: Knobs, m, precision: str, stage: int) -> 
     sbh_t = model.seq * k.b * model.hidden / k.tp
     embedding = sbh_t * in_flight(k, m, FIRST) * scale
     logits = 4 * sbh_t * (1 + model.vocab / model.hidden)  # bytes: final norm's input and fp32 logits
-    extra = {FIRST: embedding + np.where(k.pp == 1, logits, 0), MIDDLE: 0,
-             LAST: logits + np.where(k.pp == 1, embedding, 0)}[stage]
-    return {"layer_activations": stored, "activations": np.where(layers > 0, stored + working + extra, 0)}
+    emb = {FIRST: embedding, MIDDLE: 0, LAST: np.where(k.pp == 1, embedding, 0)}[stage]
+    out = {FIRST: np.where(k.pp == 1, logits, 0), MIDDLE: 0, LAST: logits}[stage]
+    extra = emb + out if stage == FIRST else out + emb
+    on = layers > 0
+    return {"layer_activations": stored, "working_activations": np.where(on, working, 0),  # lesson 5b's breakdown
+            "embedding_activations": np.where(on, emb, 0), "logits_activations": np.where(on, out, 0),
+            "activations": np.where(on, stored + working + extra, 0)}
 
 
 def per_gpu(model: Transformer, plan, global_batch: int, precision: str | None = None) -> dict:

@@ -70,6 +70,12 @@ class Transformer:
         return 2 * h * h + 2 * h * self.kv_width + (3 if self.gated else 2) * h * self.ffn_width
 
     @property
+    def largest_matrix(self) -> int:
+        """Parameters of a layer's largest weight tensor: the fused QKV projection (Megatron's, h × (h + 2·kv))
+        or one MLP matrix (h × ffn). Frameworks gather a parameter whole, so this bounds ZeRO-3's unit below."""
+        return max(self.hidden * (self.hidden + 2 * self.kv_width), self.hidden * self.ffn_width)
+
+    @property
     def layer_params(self) -> int:
         """One layer: the matrices, their biases and the two norms (weight + bias, or RMSNorm's weight)."""
         h = self.hidden

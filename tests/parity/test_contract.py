@@ -7,10 +7,13 @@ import pytest
 from simlab.parity import CORE_KEYS
 from simlab.parity.collectives import run_collective
 from simlab.parity.common import result
+from simlab.parity.context_parallel import run_context_parallel
 from simlab.parity.data_parallel import run_ddp, run_dp, run_dp_and_ddp
+from simlab.parity.expert_parallel import run_expert_parallel
 from simlab.parity.hybrid import run_hybrid
 from simlab.parity.pipeline import run_pipeline
 from simlab.parity.tensor_parallel import run_tp, run_tp_split
+from simlab.parity.training_step import run_training_step
 from simlab.parity.zero import run_zero
 from simlab.trace import Trace
 
@@ -25,9 +28,12 @@ RUNS = {  # each run with small, fast arguments on 2 ranks
     "tensor_parallel": lambda **kw: run_tp(**kw),
     "tensor_parallel_split": lambda **kw: run_tp_split("row", "column", **kw),  # lesson 5's explorer, any split
     "hybrid": lambda **kw: run_hybrid(dp=2, pp=1, tp=1, steps=1, **kw),
+    "expert_parallel": lambda **kw: run_expert_parallel(experts=4, top_k=2, tokens=4, **kw),
+    "context_parallel": lambda **kw: run_context_parallel(seq=8, heads=2, head_dim=4, **kw),
+    "training_step": lambda **kw: run_training_step(microbatches=2, microbatch_size=1, steps=1, **kw),  # lesson 5b
 }
 FUNCTIONS = [run_collective, run_dp, run_ddp, run_dp_and_ddp, run_zero, run_pipeline, run_tp, run_tp_split,
-             run_hybrid]
+             run_hybrid, run_expert_parallel, run_context_parallel, run_training_step]
 
 
 @pytest.mark.parametrize("fn", FUNCTIONS, ids=lambda f: f.__name__)

@@ -150,3 +150,18 @@ def test_the_last_stage_can_be_the_fullest():
     m = PRESETS["bloom-176b"].with_(vocab=2_000_000)
     out = per_gpu(m, Plan(tp=1, pp=8, dp=1, recompute="full", attention="eager"), 8)
     assert out["stage"] == 2
+
+
+def test_zero3_gathers_a_layer_or_1e9_parameters_but_never_less_than_one_matrix():
+    """A parameter is gathered whole (DeepSpeed's stage3_max_live_parameters limits how many are live, it does not
+    cut one): the unit is min(layer, max(1e9, largest matrix)) on a GPU of t, by hand for a wide layer."""
+    from simlab.sim.hybrid_memory import ZERO3_UNIT, zero3_unit
+    from simlab.sim.model import Transformer
+
+    wide = Transformer("wide", layers=2, hidden=32768, heads=64, seq=2048, vocab=1024)  # fc1: 32768 × 131072
+    fc1 = 32768 * 4 * 32768
+    assert wide.largest_matrix == fc1 == 4_294_967_296 > ZERO3_UNIT
+    assert zero3_unit(wide, 1) == fc1  # a layer of 12.9e9: the 1e9 cap would cut fc1, which no framework does
+    assert zero3_unit(wide, 8) == ZERO3_UNIT  # a TP-8 shard of fc1 is 0.54e9: the cap binds again
+    small = Transformer("small", layers=2, hidden=1024, heads=16, seq=2048, vocab=1024)
+    assert zero3_unit(small, 1) == small.layer_params_per_rank(1) < ZERO3_UNIT  # a whole small layer
