@@ -38,7 +38,7 @@ def bars(label: str) -> dict:
 
 def open_chart(page, state: dict) -> None:
     page.set_content("<html><body></body></html>")
-    page.evaluate(HARNESS, [ESM.read_text(), json.loads(json.dumps(state))])
+    page.evaluate(HARNESS, [ESM, json.loads(json.dumps(state))])
 
 
 @pytest.mark.parametrize("label", ["params", "参数"])

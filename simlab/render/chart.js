@@ -1,8 +1,7 @@
 // simlab's Chart: a scene (plain JSON, built and checked in Python by simlab/render/chart.py) drawn as SVG.
 // The kernel computes, the browser draws: a knob change sends a new scene, never a picture. Every colour,
 // the font stack and the font size come from Python (`theme`, from render/style.py); none is written here.
-// DOM classes for tests: simlab-chart (root), simlab-chart-svg, simlab-chart-alt; a player adds
-// simlab-player, simlab-play, simlab-prev, simlab-next, simlab-step, simlab-caption, as FramePlayer's.
+// DOM classes for tests: simlab-chart (root), simlab-chart-svg, simlab-chart-alt; a player adds player_bar.js's.
 const NS = "http://www.w3.org/2000/svg";
 let nextId = 0;
 const measurer = document.createElement("canvas").getContext("2d");
@@ -236,40 +235,12 @@ function render({ model, el: root }) {
     show();
     return;
   }
-  // a ChartPlayer: one scene per frame, stepped here, in the browser, like render/player.py's FramePlayer
-  root.classList.add("simlab-player");
-  const bar = html("div", "simlab-bar"), prev = html("button", "simlab-prev", "◀"),
-        play = html("button", "simlab-play", model.get("play_label")), next = html("button", "simlab-next", "▶"),
-        step = html("input", "simlab-step"), tag = html("span", "simlab-label"), cap = html("div", "simlab-caption");
-  prev.setAttribute("aria-label", model.get("prev_label")); next.setAttribute("aria-label", model.get("next_label"));
-  step.type = "range"; step.min = 0; step.step = 1; step.style.width = "240px";
-  step.setAttribute("aria-label", model.get("label_prefix").trim());
-  bar.style.cssText = "display:flex;gap:6px;align-items:center;margin:2px 0";
-  bar.append(prev, play, next, step, tag);
-  root.append(bar, box, cap);
-  let timer = null;
-  const n = () => model.get("frames").length;
-  function show() {
-    const k = Math.min(model.get("value"), n() - 1), caps = model.get("captions");
-    if (k >= 0) draw(box, model.get("frames")[k], th());
-    step.max = Math.max(n() - 1, 0); step.value = Math.max(k, 0);
-    tag.textContent = model.get("label_prefix") + Math.max(k, 0) + "/" + Math.max(n() - 1, 0);
-    cap.innerHTML = caps.length ? caps[Math.min(Math.max(k, 0), caps.length - 1)] : "";
-  }
-  function go(k) { model.set("value", Math.max(0, Math.min(n() - 1, k))); model.save_changes(); }
-  function stop() { if (timer) clearInterval(timer); timer = null; play.textContent = model.get("play_label"); }
-  play.onclick = () => {
-    if (timer) return stop();
-    if (model.get("value") >= n() - 1) go(0);
-    play.textContent = model.get("pause_label");
-    timer = setInterval(() => { const k = model.get("value") + 1; go(k); if (k >= n() - 1) stop(); },
-                        model.get("interval_ms"));
-  };
-  prev.onclick = () => { stop(); go(model.get("value") - 1); };
-  next.onclick = () => { stop(); go(model.get("value") + 1); };
-  step.oninput = () => { stop(); go(parseInt(step.value)); };
-  for (const name of ["value", "frames", "captions"]) model.on(`change:${name}`, show);
-  show();
-  return () => stop();
+  // a ChartPlayer: one scene per frame, stepped here, in the browser, like render/player.py's FramePlayer; its bar
+  // is player_bar.js's `playerBar`, which the widget's front end carries in front of this file (chart.py's ESM)
+  const player = playerBar(model, root, box, () => model.get("frames").length,
+                           k => { if (k >= 0) draw(box, model.get("frames")[k], th()); });
+  for (const name of ["value", "frames", "captions"]) model.on(`change:${name}`, player.update);
+  player.update();
+  return () => player.stop();
 }
 export default { render };

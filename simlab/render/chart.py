@@ -31,10 +31,11 @@ import traitlets as t
 
 from ..i18n import _
 from .picture import DISPLAY_DPI
-from .player import _interval
+from .player import PLAYER_BAR, PlayerControls, _interval
 from .style import FONT_STACK, INK, MIN_FONT, PAPER, SOFT_INK
 
-ESM = pathlib.Path(__file__).with_name("chart.js")
+# the front end: player_bar.js (a ChartPlayer's bar, shared with every player) then chart.js (the drawing)
+ESM = PLAYER_BAR + pathlib.Path(__file__).with_name("chart.js").read_text(encoding="utf-8")
 FONT_PX = round(MIN_FONT * DISPLAY_DPI / 72)  # 14 px: the size of a figure's smallest text, as shown
 THEME = {"font": FONT_STACK, "font_px": FONT_PX, "ink": INK, "soft_ink": SOFT_INK, "paper": PAPER}
 
@@ -243,34 +244,21 @@ class Chart(anywidget.AnyWidget):
         return self.hint
 
 
-class ChartPlayer(anywidget.AnyWidget):
+class ChartPlayer(PlayerControls, anywidget.AnyWidget):
     """One scene per step, stepped in the browser (◀ ▶, a slider, Play), as `render.player.FramePlayer` steps
     pictures; `value` (the step shown) syncs both ways. Captions (HTML) go under the picture."""
 
     _esm = ESM
     frames = t.List(t.Dict()).tag(sync=True)
-    captions = t.List(t.Unicode()).tag(sync=True)
-    value = t.Int(0).tag(sync=True)
     theme = t.Dict().tag(sync=True)
-    interval_ms = t.Int(250).tag(sync=True)
-    label_prefix = t.Unicode("step ").tag(sync=True)
-    play_label = t.Unicode("▶ play").tag(sync=True)
-    pause_label = t.Unicode("❚❚ pause").tag(sync=True)
-    prev_label = t.Unicode("previous").tag(sync=True)
-    next_label = t.Unicode("next").tag(sync=True)
 
     def __init__(self, hint: str | None = None, **kwargs):
-        super().__init__(theme=dict(THEME), play_label=_("▶ play"), pause_label=_("❚❚ pause"),
-                         prev_label=_("previous step"), next_label=_("next step"), **kwargs)
+        super().__init__(theme=dict(THEME), **kwargs)
         self.hint = hint if hint is not None else _("▶ run this cell to get the player")
 
     __repr__ = Chart.__repr__
     count = property(lambda self: len(self.frames))
     alt = property(lambda self: self.frames[self.value]["alt"] if self.frames else "", doc="the step shown's alt")
-
-    @t.validate("value")
-    def _clamp(self, proposal):
-        return max(0, min(int(proposal["value"]), max(self.count - 1, 0)))
 
     @t.validate("frames")
     def _valid(self, proposal):

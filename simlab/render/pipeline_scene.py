@@ -30,7 +30,7 @@ from ..i18n import _
 from ..trace import Trace
 from .chart import ESM, Chart, axis, line, rect, scene
 from .pipeline import LABEL_INCHES, MAX_EDGED, OP_NAME, ROW, _actions, _shade, gantt_text
-from .player import _interval
+from .player import PLAYER_BAR, PlayerControls, _interval
 from .style import INK, OP_COLOR, PAPER, TAB_RED, time_unit
 
 WIDTH = 1000  # CSS px: the matplotlib chart's 10 inches at 100 px per inch
@@ -93,31 +93,17 @@ def time_scale(trace, span: float | None = None) -> float:
 
 
 # The timeline's front end: render/chart.js draws the chart (imported as a module of its own, from its source, so
-# the two never drift), and this adds FramePlayer's bar (the same DOM classes: the browser tests drive it as a
-# player) and a veil: a white rect over the plot area right of data-x reveal[k], moved in the browser, so Play
+# the two never drift), and this adds every player's bar (player_bar.js: the browser tests drive it as a player)
+# and a veil: a white rect over the plot area right of data-x reveal[k], moved in the browser, so Play
 # needs no round trip to the kernel and the chart is not redrawn per tick. The plot area is read off the chart's
 # own spines (the time axis is the panel's first line, from x.min to x.max; the rank axis stands at its left).
 _TIMELINE_JS = r"""
 const chartModule = import(URL.createObjectURL(new Blob([__CHART__], { type: "text/javascript" })));
 const NS = "http://www.w3.org/2000/svg";
-function el(tag, cls, text) { const e = document.createElement(tag); if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text; return e; }
 async function render({ model, el: root }) {
-  const chart = (await chartModule).default;
-  root.classList.add("simlab-player");
-  const bar = el("div", "simlab-bar"), prev = el("button", "simlab-prev", "◀"),
-        play = el("button", "simlab-play", model.get("play_label")), next = el("button", "simlab-next", "▶"),
-        step = el("input", "simlab-step"), tag = el("span", "simlab-label"), host = el("div"),
-        cap = el("div", "simlab-caption");
-  prev.setAttribute("aria-label", model.get("prev_label")); next.setAttribute("aria-label", model.get("next_label"));
-  step.type = "range"; step.min = 0; step.step = 1; step.style.width = "240px";
-  step.setAttribute("aria-label", model.get("label_prefix").trim());
-  bar.style.cssText = "display:flex;gap:6px;align-items:center;margin:2px 0";
-  bar.append(prev, play, next, step, tag);
-  root.append(bar, host, cap);
+  const chart = (await chartModule).default, host = document.createElement("div");
+  const player = playerBar(model, root, host, () => model.get("reveal").length, veil);
   const undraw = chart.render({ model, el: host });  // a Chart: redraws itself on change:scene
-  let timer = null;
-  const n = () => model.get("reveal").length;
   function veil(k) {
     const g = host.querySelector("svg.simlab-chart-svg g.simlab-chart-panel"), sc = model.get("scene");
     if (!g || !sc.x) return;
@@ -137,59 +123,25 @@ async function render({ model, el: root }) {
     v.style.cssText = `pointer-events:none;x:${px}px;y:${top}px;width:${Math.max(0, right - px)}px;`
                     + `height:${Math.max(0, bottom - top)}px;display:${px < right ? "inline" : "none"}`;
   }
-  function show() {
-    const k = Math.min(model.get("value"), n() - 1), caps = model.get("captions");
-    step.max = Math.max(n() - 1, 0); step.value = Math.max(k, 0);
-    tag.textContent = model.get("label_prefix") + Math.max(k, 0) + "/" + Math.max(n() - 1, 0);
-    cap.innerHTML = caps.length ? caps[Math.min(Math.max(k, 0), caps.length - 1)] : "";
-    veil(k);
-  }
-  function go(k) { model.set("value", Math.max(0, Math.min(n() - 1, k))); model.save_changes(); }
-  function stop() { if (timer) clearInterval(timer); timer = null; play.textContent = model.get("play_label"); }
-  play.onclick = () => {
-    if (timer) return stop();
-    if (model.get("value") >= n() - 1) go(0);
-    play.textContent = model.get("pause_label");
-    timer = setInterval(() => { const k = model.get("value") + 1; go(k); if (k >= n() - 1) stop(); },
-                        model.get("interval_ms"));
-  };
-  prev.onclick = () => { stop(); go(model.get("value") - 1); };
-  next.onclick = () => { stop(); go(model.get("value") + 1); };
-  step.oninput = () => { stop(); go(parseInt(step.value)); };
-  for (const name of ["value", "reveal", "captions", "scene"]) model.on(`change:${name}`, show);  // after the redraw
-  show();
-  return () => { stop(); if (typeof undraw === "function") undraw(); };
+  for (const name of ["value", "reveal", "captions", "scene"]) model.on(`change:${name}`, player.update);  // after the redraw
+  player.update();
+  return () => { player.stop(); if (typeof undraw === "function") undraw(); };
 }
 export default { render };
 """
 
 
-class GanttTimeline(Chart):
+class GanttTimeline(PlayerControls, Chart):
     """A Gantt chart drawn in the browser with a time player over it: tick k greys out (a veil) what lies right
     of data-x `reveal[k]`, the chart "up to time t"; stepping and Play happen in the browser (◀ ▶, a slider,
     Play ≈ `seconds` whatever the count), the chart is drawn once per scene. `value` (the tick shown) syncs
     both ways; `set_reveal` starts on the last tick, the whole chart."""
 
-    _esm = _TIMELINE_JS.replace("__CHART__", json.dumps(ESM.read_text(encoding="utf-8")))
+    _esm = PLAYER_BAR + _TIMELINE_JS.replace("__CHART__", json.dumps(ESM))
     reveal = t.List(t.Float()).tag(sync=True)       # data x where the veil starts, one per tick
-    captions = t.List(t.Unicode()).tag(sync=True)   # HTML under the chart, one per tick (or none)
-    value = t.Int(0).tag(sync=True)
-    interval_ms = t.Int(250).tag(sync=True)
     label_prefix = t.Unicode("t ").tag(sync=True)
-    play_label = t.Unicode("▶ play").tag(sync=True)
-    pause_label = t.Unicode("❚❚ pause").tag(sync=True)
-    prev_label = t.Unicode("previous").tag(sync=True)
-    next_label = t.Unicode("next").tag(sync=True)
-
-    def __init__(self, hint: str | None = None, **kwargs):
-        super().__init__(hint=hint, play_label=_("▶ play"), pause_label=_("❚❚ pause"), prev_label=_("previous step"),
-                         next_label=_("next step"), **kwargs)
 
     count = property(lambda self: len(self.reveal))
-
-    @t.validate("value")
-    def _clamp(self, proposal):
-        return max(0, min(int(proposal["value"]), max(self.count - 1, 0)))
 
     @t.validate("reveal")
     def _finite(self, proposal):

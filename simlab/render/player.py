@@ -17,6 +17,7 @@ The DOM carries stable classes (`simlab-player`, `simlab-play`, `simlab-prev`, `
 from __future__ import annotations
 
 import base64
+import pathlib
 import threading
 
 import anywidget
@@ -25,20 +26,15 @@ import traitlets as t
 from ..i18n import _
 from .picture import DISPLAY_DPI, PIXEL_SCALE, png_size, render_png
 
+# Every player's controls in the browser (◀ Play ▶, a slider, the caption): put in front of each player's front end
+PLAYER_BAR = pathlib.Path(__file__).with_name("player_bar.js").read_text(encoding="utf-8")
+
 # Play shows every frame once in about `seconds`, but never faster than the eye can follow.
 MIN_INTERVAL_MS, MAX_INTERVAL_MS = 40, 1500
 
-_ESM = r"""
-function el(tag, cls, text) { const e = document.createElement(tag); if (cls) e.className = cls;
-  if (text !== undefined) e.textContent = text; return e; }
+_ESM = PLAYER_BAR + r"""
+function el(tag, cls) { const e = document.createElement(tag); if (cls) e.className = cls; return e; }
 function render({ model, el: root }) {
-  root.classList.add("simlab-player");
-  const bar = el("div", "simlab-bar"), prev = el("button", "simlab-prev", "◀"),
-        play = el("button", "simlab-play", model.get("play_label")), next = el("button", "simlab-next", "▶"),
-        step = el("input", "simlab-step"), label = el("span", "simlab-label");
-  step.type = "range"; step.min = 0; step.step = 1; step.style.width = "240px";
-  bar.style.cssText = "display:flex;gap:6px;align-items:center;margin:2px 0";
-  bar.append(prev, play, next, step, label);
   const box = el("div", "simlab-box"), img = el("img", "simlab-frame"), veil = el("div", "simlab-veil");
   box.style.cssText = "position:relative;display:inline-block;max-width:100%";
   img.style.cssText = "display:block;max-width:100%;height:auto";
@@ -46,76 +42,68 @@ function render({ model, el: root }) {
   img.onload = () => { img.style.width = img.naturalWidth / model.get("pixel_scale") + "px"; };
   veil.style.cssText = "position:absolute;background:rgba(255,255,255,0.78);pointer-events:none";
   box.append(img, veil);
-  const cap = el("div", "simlab-caption");
-  root.append(bar, box, cap);
-  let urls = [], timer = null;
-  const n = () => model.get("count");
-  function load() {
-    urls = model.get("frames").map(b => "data:image/png;base64," + b);
-    step.max = Math.max(n() - 1, 0); show();
-  }
-  function show() {
-    const k = Math.min(model.get("value"), n() - 1), caps = model.get("captions"), rv = model.get("reveal");
-    const src = urls.length === 1 ? urls[0] : urls[k];
+  let urls = [];
+  const player = playerBar(model, root, box, () => model.get("count"), show);
+  function load() { urls = model.get("frames").map(b => "data:image/png;base64," + b); player.update(); }
+  function show(k) {
+    const rv = model.get("reveal"), src = urls.length === 1 ? urls[0] : urls[k];
     const pending = urls.length > 1 && model.get("frames")[k] === "";
     if (src && !pending && img.src !== src) img.src = src;
     img.style.opacity = pending ? "0.4" : "1";  // a frame still being drawn: the last one, faded
-    step.value = k; label.textContent = model.get("label_prefix") + k + "/" + (n() - 1);
-    cap.innerHTML = caps.length ? caps[Math.min(k, caps.length - 1)] : "";
     if (rv.length) { const [top, bottom, right] = model.get("veil_box"), x = rv[k];
       Object.assign(veil.style, { display: x < right ? "block" : "none", left: 100 * x + "%",
         width: 100 * (right - x) + "%", top: 100 * top + "%", height: 100 * (bottom - top) + "%" });
     } else veil.style.display = "none";
   }
-  function go(k) { model.set("value", Math.max(0, Math.min(n() - 1, k))); model.save_changes(); }
-  function stop() { if (timer) clearInterval(timer); timer = null; play.textContent = model.get("play_label"); }
-  play.onclick = () => {
-    if (timer) return stop();
-    if (model.get("value") >= n() - 1) go(0);
-    play.textContent = model.get("pause_label");
-    timer = setInterval(() => { const k = model.get("value") + 1; go(k); if (k >= n() - 1) stop(); },
-                        model.get("interval_ms"));
-  };
-  prev.onclick = () => { stop(); go(model.get("value") - 1); };
-  next.onclick = () => { stop(); go(model.get("value") + 1); };
-  step.oninput = () => { stop(); go(parseInt(step.value)); };
-  model.on("change:value", show); model.on("change:captions", show); model.on("change:reveal", show);
+  for (const name of ["value", "captions", "reveal"]) model.on(`change:${name}`, player.update);
   model.on("change:frames", load);
   load();
-  return () => stop();
+  return () => player.stop();
 }
 export default { render };
 """
 
 
-class FramePlayer(anywidget.AnyWidget):
+class PlayerControls(t.HasTraits):
+    """What every player syncs for its bar (`player_bar.js`): the step shown (`value`, kept within `count`, which
+    each player defines), the captions, Play's pace, and the bar's words in the reader's language."""
+
+    value = t.Int(0).tag(sync=True)
+    captions = t.List(t.Unicode()).tag(sync=True)   # HTML under the picture, one per step (or none)
+    interval_ms = t.Int(250).tag(sync=True)
+    label_prefix = t.Unicode("step ").tag(sync=True)
+    play_label = t.Unicode("▶ play").tag(sync=True)
+    pause_label = t.Unicode("❚❚ pause").tag(sync=True)
+    prev_label = t.Unicode("previous step").tag(sync=True)
+    next_label = t.Unicode("next step").tag(sync=True)
+
+    def __init__(self, **kwargs):
+        super().__init__(**{"play_label": _("▶ play"), "pause_label": _("❚❚ pause"),
+                            "prev_label": _("previous step"), "next_label": _("next step"), **kwargs})
+
+    @t.validate("value")
+    def _clamp(self, proposal):
+        return max(0, min(int(proposal["value"]), max(self.count - 1, 0)))
+
+
+class FramePlayer(PlayerControls, anywidget.AnyWidget):
     """Frames (PNG, base64) shown one at a time; `value` is the frame on screen."""
 
     _esm = _ESM
     frames = t.List(t.Unicode()).tag(sync=True)     # one PNG per frame, or one for a reveal player
     count = t.Int(0).tag(sync=True)                 # number of frames
-    value = t.Int(0).tag(sync=True)
-    captions = t.List(t.Unicode()).tag(sync=True)   # HTML under the picture, one per frame (or none)
     reveal = t.List(t.Float()).tag(sync=True)       # reveal player: x (fraction of width) where grey starts
     veil_box = t.List(t.Float(), [0.0, 1.0, 1.0]).tag(sync=True)  # axes top, bottom, right (fractions)
     width_px = t.Int(600).tag(sync=True)            # the first frame's natural width (CSS px)
     pixel_scale = t.Float(PIXEL_SCALE).tag(sync=True)  # picture pixels per CSS px
-    interval_ms = t.Int(250).tag(sync=True)
-    label_prefix = t.Unicode("step ").tag(sync=True)
-    play_label = t.Unicode("▶ play").tag(sync=True)
-    pause_label = t.Unicode("❚❚ pause").tag(sync=True)
 
     def __init__(self, hint: str | None = None, **kwargs):
-        super().__init__(play_label=_("▶ play"), pause_label=_("❚❚ pause"), **kwargs)
+        super().__init__(**kwargs)
         self.hint = hint if hint is not None else _("▶ run this cell to get the player")
         self._generation, self._drawer = 0, None
 
     def __repr__(self) -> str:  # what a notebook shows before the cell runs, and what nbval compares
         return self.hint
-
-    @t.validate("value")
-    def _clamp(self, proposal):
-        return max(0, min(int(proposal["value"]), max(self.count - 1, 0)))
 
     def set_frames(self, frames, captions=None, seconds: float = 10.0) -> None:
         """New frames — Figures, PNG bytes, or functions that return a Figure — shown from frame 0.
@@ -222,4 +210,4 @@ def reveal_player(fig, ax, times, *, captions=None, seconds: float = 10.0, hint:
     return player
 
 
-__all__ = ["FramePlayer", "frame_player", "reveal_player", "DISPLAY_DPI"]
+__all__ = ["FramePlayer", "PlayerControls", "PLAYER_BAR", "frame_player", "reveal_player", "DISPLAY_DPI"]

@@ -115,7 +115,7 @@ def test_the_chart_widget_syncs_its_scene_and_theme_and_says_what_it_is_before_i
     state = chart.get_state()
     assert state["scene"] == bars() and state["theme"] == THEME and "scene" in chart.keys
     assert THEME["font"] == FONT_STACK and FONT_PX == 14  # 10 pt at 100 px per inch, as the figures
-    assert chart._esm == ESM.read_text() and "export default { render }" in chart._esm
+    assert chart._esm == ESM and "export default { render }" in chart._esm and "function playerBar(" in ESM
     i18n.set_language("zh")
     assert repr(Chart(bars())).startswith("▶ ") and repr(Chart(bars())) != "▶ run this cell to get the picture"
 
@@ -123,7 +123,7 @@ def test_the_chart_widget_syncs_its_scene_and_theme_and_says_what_it_is_before_i
 def test_the_esm_writes_no_colour_of_its_own():
     """Colours reach chart.js only through the theme and the scenes (render/style.py's palette)."""
     import re
-    assert re.findall(r"#[0-9a-fA-F]{3,8}\b", ESM.read_text()) == []
+    assert re.findall(r"#[0-9a-fA-F]{3,8}\b", ESM) == []
 
 
 def test_a_chart_player_holds_one_checked_scene_per_step():
