@@ -10,10 +10,19 @@ form of `simlab memory` (the most loaded GPU's bytes for any plan).
 from __future__ import annotations
 
 from .. import _checks
-from ..sim.hybrid import PRECISIONS, check_plan
+from ..sim.hybrid import check_plan
 from .common import add_json
 from .hybrid_export import add_export_flags, check_export_flags, emit_plan, shows_report
-from .hybrid_flags import KNOBS, add_machine_flags, add_model_flags, bucket_from, cluster_from, model_from, plan_from
+from .hybrid_flags import (
+    KNOBS,
+    add_machine_flags,
+    add_model_flags,
+    add_precision_flag,
+    bucket_from,
+    cluster_from,
+    model_from,
+    plan_from,
+)
 
 
 def cmd_transformer_memory(args) -> dict:
@@ -90,8 +99,7 @@ def add_commands(sub, run) -> None:
     add_model_flags(pl, plan_defaults=False)
     pl.add_argument("--offload", action="store_true", default=None, help="ZeRO-Offload (needs --zero 2|3)")
     pl.add_argument("--zero", type=int, default=None, help="ZeRO stage over the DP group (default: search)")
-    pl.add_argument("--precision", choices=PRECISIONS, default="mixed",
-                    help="bytes per parameter: 16 / 2+2+12 / 2+4+12 / FP8 matmuls (2+4+12)")
+    add_precision_flag(pl)
     add_machine_flags(pl)
     add_export_flags(pl)
     add_json(pl)

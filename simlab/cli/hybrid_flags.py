@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 
 from .. import _checks
-from ..sim.hybrid import ATTENTION, RECOMPUTE, SCHEDULES, Plan, check_overlap
+from ..sim.hybrid import ATTENTION, PRECISIONS, RECOMPUTE, SCHEDULES, Plan, check_overlap
 from .hybrid_export import add_import_flags
 
 SHAPE = ("layers", "hidden", "heads", "seq", "vocab")
@@ -125,6 +125,12 @@ def plan_from(args, **defaults) -> Plan:
     check_overlap(args.overlap)
     return Plan(**values, stage_layers=stage_layers_from(args.stage_layers), precision=args.precision,
                 attention=args.attention, overlap=args.overlap, bucket=bucket_from(args.bucket))
+
+
+def add_precision_flag(p) -> None:
+    """--precision, as `simlab plan` and `simlab step` both take it: the bytes of a parameter's states."""
+    p.add_argument("--precision", choices=PRECISIONS, default="mixed",
+                   help="bytes per parameter: 16 / 2+2+12 / 2+4+12 / FP8 matmuls (2+4+12)")
 
 
 def add_machine_flags(p) -> None:

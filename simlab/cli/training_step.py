@@ -9,9 +9,16 @@ real processes, against one process on the whole batch and torch's DDP under no_
 from __future__ import annotations
 
 from ..i18n import _
-from ..sim.hybrid import ATTENTION, PRECISIONS, RECOMPUTE
+from ..sim.hybrid import ATTENTION, RECOMPUTE
 from .common import add_json, add_run_flags, check_run_flags, run_output
-from .hybrid_flags import add_gpu_flags, add_hardware_flag, add_shape_flags, cluster_from, model_from
+from .hybrid_flags import (
+    add_gpu_flags,
+    add_hardware_flag,
+    add_precision_flag,
+    add_shape_flags,
+    cluster_from,
+    model_from,
+)
 
 GB = 1e9
 
@@ -71,8 +78,7 @@ def add_commands(sub, run) -> None:
     p.add_argument("--microbatches", type=int, default=1, help="micro-batches accumulated per step m (default 1)")
     p.add_argument("--attention", choices=ATTENTION, default="flash", help="attention kernel (default flash)")
     p.add_argument("--recompute", choices=RECOMPUTE, default="none", help="activation recomputation (default none)")
-    p.add_argument("--precision", choices=PRECISIONS, default="mixed",
-                   help="bytes per parameter: 16 / 2+2+12 / 2+4+12 / FP8 matmuls (2+4+12)")
+    add_precision_flag(p)
     add_gpu_flags(p)
     add_hardware_flag(p)
     add_json(p)
