@@ -58,6 +58,18 @@ def no_launch(monkeypatch):
     monkeypatch.setattr(L, "_run_under_torchrun", lambda *a: pytest.fail("a process was started"))
 
 
+@pytest.fixture
+def one_thread():
+    """Torch on one thread in this process for the test (tiny tensors: one thread is as fast, and two on shared,
+    busy cores can be 30× slower); `pytestmark = pytest.mark.usefixtures("one_thread")` asks for it."""
+    import torch  # only the tests that ask for it pay for the import
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def pytest_configure(config):
     """Fix the day's sample seed once, before xdist workers start (they inherit the environment)."""
     import os

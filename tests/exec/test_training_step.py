@@ -13,13 +13,7 @@ from simlab.sim.training_step_memory import STATE_PARTS, number_format, state_re
 SHAPES = [(2, 16, 32, 4), (1, 8, 24, 2), (3, 12, 48, 6), (2, 33, 16, 1)]  # (b, s, h, a)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors: one thread is as fast, and two threads on shared, busy cores can be 30× slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 @pytest.mark.parametrize("b, s, h, a", SHAPES)

@@ -3,7 +3,6 @@ on the whole b·m·dp batch, and torch's DDP under no_sync(); one all-reduce per
 when reducing every micro-batch; a wrong accumulation is caught; bad input refused before any process starts; the
 lesson's measurements against the recipes."""
 import pytest
-import torch
 
 import simlab.parity.training_step as P
 from simlab.exec.training_step import accumulation_step
@@ -13,13 +12,7 @@ from simlab.sim.model import Transformer
 TOL = 1e-5  # fp32 sums in another order, then Adam (eps 1e-5) for two steps
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny tensors in this process: one thread is as fast, and two on shared, busy cores can be 30× slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _check(res, world_size, m, b):
