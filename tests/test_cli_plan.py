@@ -7,7 +7,7 @@ import pytest
 from simlab.cli import main
 
 CONFIG = {"tp", "pp", "dp", "chunks", "schedule", "zero", "offload", "microbatch", "recompute", "sequence_parallel",
-          "attention", "overlap", "shard", "stage_layers", "bucket"}
+          "attention", "overlap", "shard", "stage_layers", "bucket", "cp", "cp_comm", "ep", "capacity"}
 BREAKDOWN = {"compute", "tp_comm", "pp_p2p", "pp_bubble", "dp_comm", "overlap", "offload", "optimizer"}
 BYTES = {"params", "grads", "optimizer", "activations", "total"}
 

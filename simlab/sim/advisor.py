@@ -30,6 +30,7 @@ from .gpus import check_precision
 from .hardware import Cluster
 from .hybrid import (
     ATTENTION,
+    CP_COMMS,
     PRECISIONS,
     RECOMPUTE,
     SCHEDULES,
@@ -140,7 +141,15 @@ def config(k: Knobs, i: int, model: Transformer) -> dict:
             "sequence_parallel": bool(k.sp[i]), "attention": attention, "overlap": ",".join(over) or "none",
             "shard": int(k.shard[i]) if k.shard[i] < k.dp[i] else 0,
             "stage_layers": _stage_layers(model, int(k.pp[i]), int(k.first[i]), int(k.last[i])),
-            "bucket": [int(k.bucket_gather[i]), int(k.bucket_reduce[i])] if k.bucket_gather[i] else []}
+            "bucket": [int(k.bucket_gather[i]), int(k.bucket_reduce[i])] if k.bucket_gather[i] else [],
+            **_lesson7(k, i)}
+
+
+def _lesson7(k: Knobs, i: int) -> dict:
+    """Plan i's context- and expert-parallel knobs (a Knobs may carry them as one number for every plan)."""
+    at = {name: np.broadcast_to(getattr(k, name), np.shape(k.tp))[i] for name in ("cp", "ep", "capacity", "cp_comm")}
+    return {"cp": int(at["cp"]), "cp_comm": CP_COMMS[int(at["cp_comm"])], "ep": int(at["ep"]),
+            "capacity": float(at["capacity"])}
 
 
 def describe(mem: dict, time: dict, fits, k: Knobs, i: int, model: Transformer) -> dict:

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from .._checks import check_bool, check_choice, check_divisible, check_int
+from .._checks import check_bool, check_choice, check_divisible, check_int, check_number
+from .context_parallel_costs import VARIANTS as CP_COMMS
 from .memory import PRECISIONS as LESSON_3_BYTES
 from .memory import Precision
 from .model import PRESETS, Transformer  # noqa: F401 — PRESETS: the doctest's models
@@ -68,6 +69,14 @@ class Plan:
     # parameters per DP/ZeRO collective, (gathers, reductions): () one of each per layer, FSDP's unit; DeepSpeed's
     # ZeRO-3 prefetches 5e7 parameters at a time and reduces 5e8 (stage3_prefetch_bucket_size, reduce_bucket_size)
     bucket: tuple = ()
+    # lesson 7: the sequence split over `cp` ranks (zig-zag: 2·cp chunks, chunks r and 2cp − 1 − r on rank r), their
+    # K,V exchanged by `cp_comm` (`context_parallel_costs.VARIANTS`: Megatron's p2p ring, Llama 3's all-gather,
+    # Ulysses' all-to-all); a mixture-of-experts model's experts over `ep` ranks carved out of the DP group (Megatron's
+    # expert-model-parallel), each expert taking at most capacity·k·tokens/E tokens (`capacity` 0: dropless)
+    cp: int = 1
+    cp_comm: str = "ring"
+    ep: int = 1
+    capacity: float = 0.0
 
     def __post_init__(self):  # a list from JSON or `to_dict` becomes the tuple a frozen plan keeps
         for name in ("stage_layers", "bucket"):
@@ -76,7 +85,7 @@ class Plan:
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.cp * self.pp * self.dp
 
     @property
     def shard_size(self) -> int:
@@ -134,7 +143,7 @@ def check_bucket(bucket) -> tuple:
 
 def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> None:
     """One-line ValueErrors naming what cannot work (before any model is evaluated)."""
-    for name in ("tp", "pp", "dp", "microbatch", "chunks"):
+    for name in ("tp", "pp", "dp", "microbatch", "chunks", "cp", "ep"):
         check_int(name, getattr(plan, name), 1)
     check_int("zero", plan.zero, 0, 3)
     check_choice("schedule", plan.schedule, SCHEDULES)
@@ -142,19 +151,24 @@ def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> 
     check_choice("precision", plan.precision, PRECISIONS)
     check_choice("attention", plan.attention, ATTENTION)
     check_overlap(plan.overlap)
+    check_choice("cp_comm", plan.cp_comm, CP_COMMS)
+    check_number("capacity", plan.capacity, 0.0)
     check_bool("offload", plan.offload)
     check_bool("sequence_parallel", plan.sequence_parallel)
     check_int("shard", plan.shard, 0, plan.dp)
     check_bucket(plan.bucket)
     check_int("global_batch", global_batch, 1)
     if plan.gpus != gpus:
-        raise ValueError(f"tp={plan.tp}: tp*pp*dp = {plan.gpus} must use all gpus={gpus}")
+        product = "tp*cp*pp*dp" if plan.cp > 1 else "tp*pp*dp"
+        raise ValueError(f"tp={plan.tp}: {product} = {plan.gpus} must use all gpus={gpus}")
     check_divisible("heads", model.heads, "tp", plan.tp)
     if plan.pp > model.layers:
         raise ValueError(f"pp={plan.pp}: more stages than layers={model.layers}")
     if global_batch % (plan.dp * plan.microbatch):
         raise ValueError(f"global_batch={global_batch}: must be divisible by dp × microbatch = "
                          f"{plan.dp} × {plan.microbatch}")
+    check_context(model, plan)
+    check_experts(model, plan)
     if plan.shard:
         check_divisible("dp", plan.dp, "shard", plan.shard)
         if plan.zero == 0:
@@ -176,3 +190,34 @@ def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> 
         if most < plan.chunks:  # an end stage may hold fewer (Llama 3: a chunk with the embedding alone)
             raise ValueError(f"chunks={plan.chunks}: a stage has only {most} layers")
         check_divisible("microbatches", microbatches(plan, global_batch), "pp", plan.pp)  # Megatron's rule
+
+
+def check_context(model: Transformer, plan: Plan) -> None:
+    """Context parallelism's rules: the sequence cuts into 2·cp equal chunks (the zig-zag layout); Ulysses gives each
+    of the cp ranks whole heads of a TP rank's share, of the queries and of the keys and values."""
+    if plan.cp == 1:
+        return
+    if model.seq % (2 * plan.cp):
+        raise ValueError(f"cp={plan.cp}: the sequence seq={model.seq} must split into 2·cp = {2 * plan.cp} equal "
+                         "chunks (the zig-zag layout)")
+    if plan.cp_comm == "ulysses":
+        kv = model.kv_heads or model.heads
+        for name, heads in (("heads", model.heads), ("kv_heads", kv)):
+            if heads % (plan.tp * plan.cp):
+                raise ValueError(f"cp={plan.cp}: Ulysses needs {name}={heads} divisible by tp·cp = "
+                                 f"{plan.tp * plan.cp} (each rank attends with whole heads)")
+
+
+def check_experts(model: Transformer, plan: Plan) -> None:
+    """Expert parallelism's rules: only a mixture-of-experts model has experts to spread; each of the ep ranks holds
+    the same number of them; the EP group is carved out of the DP group (Megatron's layout), so ep divides dp."""
+    if plan.capacity and not model.experts:
+        raise ValueError(f"capacity={plan.capacity}: only a mixture-of-experts model (experts > 0) routes tokens "
+                         "to a capacity")
+    if plan.ep == 1:
+        return
+    if not model.experts:
+        raise ValueError(f"ep={plan.ep}: expert parallelism needs a mixture-of-experts model (experts > 0), "
+                         f"{model.name} is dense")
+    check_divisible("experts", model.experts, "ep", plan.ep)
+    check_divisible("dp", plan.dp, "ep", plan.ep)

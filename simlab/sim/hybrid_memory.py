@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .hybrid import ACTIVATION_BYTES, ATTENTION, RECOMPUTE, SCHEDULES, STATE_BYTES, Plan, stage_split
+from .hybrid import ACTIVATION_BYTES, ATTENTION, CP_COMMS, RECOMPUTE, SCHEDULES, STATE_BYTES, Plan, stage_split
 from .memory import CPU_GRAD_BYTES, HOST_ADAM_BYTES
 from .model import Transformer
 
@@ -72,6 +72,11 @@ class Knobs(NamedTuple):
     overlap_tp: np.ndarray
     bucket_gather: np.ndarray  # parameters per DP/ZeRO gather; 0: one per layer
     bucket_reduce: np.ndarray
+    # lesson 7 (defaults: a dense model, no context parallelism); cp_comm an index into `hybrid.CP_COMMS`
+    cp: np.ndarray = 1
+    ep: np.ndarray = 1
+    capacity: np.ndarray = 0.0
+    cp_comm: np.ndarray = 0
 
 
 def knobs(plan: Plan, model: Transformer) -> Knobs:
@@ -80,7 +85,8 @@ def knobs(plan: Plan, model: Transformer) -> Knobs:
     return Knobs(*(np.asarray(x) for x in (
         plan.tp, plan.pp, plan.dp, plan.microbatch, plan.chunks, plan.zero, plan.offload, plan.sequence_parallel,
         RECOMPUTE.index(plan.recompute), SCHEDULES.index(plan.schedule), ATTENTION.index(plan.attention),
-        plan.shard_size, first, mid, last, "dp" in over, "params" in over, "tp" in over, *(plan.bucket or (0, 0)))))
+        plan.shard_size, first, mid, last, "dp" in over, "params" in over, "tp" in over, *(plan.bucket or (0, 0)),
+        plan.cp, plan.ep, plan.capacity, CP_COMMS.index(plan.cp_comm))))
 
 
 def stage_params(model: Transformer, k: Knobs, stage: int) -> np.ndarray:

@@ -44,6 +44,11 @@ class Transformer:
     biases: bool = True  # Llama: no biases, RMSNorm (one vector per norm)
     embedding_norm: bool = False  # BLOOM: a layer norm right after the token embedding
     dropout: bool = True  # GPT-3/Megatron: dropout after attention and the MLP (its masks are stored); Llama: none
+    # a mixture of experts (lesson 7): each layer's MLP is `experts` MLPs of width `expert_ffn` (0: ffn), a router
+    # sends each token to `top_k` of them; experts = 0: a dense MLP
+    experts: int = 0
+    top_k: int = 1
+    expert_ffn: int = 0
     source: str = ""
 
     def __post_init__(self):
@@ -51,6 +56,9 @@ class Transformer:
             check_int(name, getattr(self, name), 1)
         check_int("ffn", self.ffn, 0)
         check_int("kv_heads", self.kv_heads, 0)
+        check_int("experts", self.experts, 0)
+        check_int("top_k", self.top_k, 1, max(1, self.experts))
+        check_int("expert_ffn", self.expert_ffn, 0)
         check_divisible("hidden", self.hidden, "heads", self.heads)
         check_divisible("heads", self.heads, "kv_heads", self.kv_heads or self.heads)
 
