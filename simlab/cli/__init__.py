@@ -8,10 +8,12 @@
     simlab schedule 1f1b --stages 4 --microbatches 8 --json             # lesson 4: a schedule, simulated
     simlab split column --ranks 4 --shape 8x12                          # lesson 5: who holds which block
     simlab plan --model gpt3-175b --gpus 1024 --global-batch 1536       # lesson 6: the best 3-D plan
+    simlab cp --world-size 8 --seq 131072 --heads 32 --kv-heads 8 --head-dim 128   # lesson 7: work per rank, CP's three ways
+    simlab ep --tokens 16 --experts 8 --top-k 2 --capacity 1.25 --ep 4  #   MoE routing, drops, all-to-all bytes
 
 One module per lesson (`simlab.cli.collectives`, `.data_parallel`, `.zero`, `.pipeline`,
-`.tensor_parallel`, `.hybrid`), and lesson 6's `.hybrid_calibrate` (`simlab calibrate`), each with
-`add_commands(sub, run)` and `cmd_*(args) -> dict`. Every subcommand
+`.tensor_parallel`, `.training_step`, `.hybrid`, `.context_parallel`, `.expert_parallel`), and lesson 6's
+`.hybrid_calibrate` (`simlab calibrate`), each with `add_commands(sub, run)` and `cmd_*(args) -> dict`. Every subcommand
 takes --json (strict JSON); bad arguments get one line naming the flag, before any process starts; a
 failing run is one line too (--verbose shows the traceback). Under torchrun only rank 0 prints; torchrun's
 variables half set, or contradicting each other, are refused before a run (`before_work`).
@@ -23,11 +25,23 @@ import os
 import sys
 import traceback
 
-from . import collectives, data_parallel, hybrid, hybrid_calibrate, pipeline, tensor_parallel, training_step, zero
+from . import (
+    collectives,
+    context_parallel,
+    data_parallel,
+    expert_parallel,
+    hybrid,
+    hybrid_calibrate,
+    pipeline,
+    tensor_parallel,
+    training_step,
+    zero,
+)
 from .common import OneLineParser, as_flags, is_printing_rank, summary, torchrun_worker, write_trace
 
-# the command modules, in help order: lessons 1-6, then lesson 6's `simlab calibrate`
-LESSONS = (collectives, data_parallel, zero, pipeline, tensor_parallel, training_step, hybrid, hybrid_calibrate)
+# the command modules, in help order: lessons 1-7, then lesson 6's `simlab calibrate`
+LESSONS = (collectives, data_parallel, zero, pipeline, tensor_parallel, training_step, hybrid, context_parallel,
+           expert_parallel, hybrid_calibrate)
 
 
 def build_parser() -> OneLineParser:
