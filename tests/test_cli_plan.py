@@ -8,7 +8,8 @@ from simlab.cli import main
 
 CONFIG = {"tp", "pp", "dp", "chunks", "schedule", "zero", "offload", "microbatch", "recompute", "sequence_parallel",
           "attention", "overlap", "shard", "stage_layers", "bucket", "cp", "cp_comm", "ep", "capacity"}
-BREAKDOWN = {"compute", "tp_comm", "pp_p2p", "pp_bubble", "dp_comm", "overlap", "offload", "optimizer"}
+BREAKDOWN = {"compute", "tp_comm", "pp_p2p", "cp_comm", "ep_comm", "pp_bubble", "dp_comm", "overlap", "offload",
+             "optimizer"}
 BYTES = {"params", "grads", "optimizer", "activations", "total"}
 
 
@@ -24,7 +25,7 @@ def test_one_plan(capsys):
             "usable_bytes_per_gpu"} <= set(out)
     assert set(out["config"]) == CONFIG and set(out["bytes_per_gpu"]) == BYTES and out["fits"] is True
     assert out["step_seconds"] == pytest.approx(94.42, rel=0.15)  # Korthikanti et al. 2022, Table 5
-    assert set(out["breakdown"]) == BREAKDOWN and set(out["hidden"]) == {"tp_comm", "dp_comm"}
+    assert set(out["breakdown"]) == BREAKDOWN and set(out["hidden"]) == {"tp_comm", "cp_comm", "dp_comm"}
 
 
 def test_search(capsys):
@@ -152,3 +153,52 @@ def test_a_huge_batch_is_searched_through_its_divisors_not_a_loop_to_it(capsys):
 def test_run_hybrid_refuses_zero_chunks(rejected):
     rejected(["run", "hybrid", "--dp", "1", "--pp", "2", "--tp", "1", "--schedule", "interleaved", "--chunks", "0"],
              "--chunks=0: must be >= 1")
+
+
+# ---- lesson 7: context parallelism, experts ------------------------------------------------------------------------
+
+def test_one_plan_with_context_parallelism_and_a_preset_at_another_length(capsys):
+    """--seq with --model is the training length; --cp and --cp-comm reach the plan, and the model's numbers are
+    the library's own for that plan."""
+    from simlab.sim.hardware import cluster
+    from simlab.sim.hybrid import Plan
+    from simlab.sim.hybrid_time import step
+    from simlab.sim.model import PRESETS
+    out = run(capsys, "plan", "--model", "llama3-8b", "--seq", "65536", "--gpus", "8", "--gpu", "h100-80gb",
+              "--global-batch", "8", "--tp", "2", "--pp", "1", "--dp", "1", "--cp", "4", "--cp-comm", "all-gather-kv",
+              "--recompute", "full")
+    assert (out["config"]["cp"], out["config"]["cp_comm"]) == (4, "all-gather-kv")
+    plan = Plan(tp=2, cp=4, recompute="full", cp_comm="all-gather-kv")
+    model = PRESETS["llama3-8b"].with_(seq=65536)
+    assert out["step_seconds"] == pytest.approx(step(model, plan, cluster("h100-80gb", gpus=8), 8)["step_seconds"])
+
+
+def test_a_mixture_of_experts_from_flags_searched_with_ep_fixed(capsys):
+    out = run(capsys, "plan", "--layers", "4", "--hidden", "512", "--heads", "8", "--seq", "1024", "--vocab", "1000",
+              "--experts", "8", "--top-k", "2", "--expert-ffn", "1024", "--gpus", "8", "--global-batch", "16",
+              "--ep", "4", "--capacity", "1.25")
+    assert all(c["config"]["ep"] == 4 and c["config"]["capacity"] == 1.25 for c in out["candidates"])
+    preset = run(capsys, "plan", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100-80gb",
+                 "--global-batch", "256", "--tp", "1", "--pp", "1", "--dp", "64", "--ep", "8", "--zero", "1")
+    assert preset["config"]["ep"] == 8
+
+
+def test_the_search_explains_cp_in_words(capsys):
+    assert main(["plan", "--model", "llama3-8b", "--seq", "131072", "--gpus", "8", "--gpu", "h100-80gb",
+                 "--global-batch", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "\nCP" in text and " cp " in text  # the CP line of the explanation, and a plan's cp in the table
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--cp", "0"], "--cp=0: must be >= 1"), (["--ep", "0"], "--ep=0: must be >= 1"),
+    (["--cp-comm", "star"], "--cp-comm"), (["--capacity", "nan"], "--capacity=nan"),
+    (["--capacity", "-1"], "--capacity=-1.0"), (["--capacity", "1.25"], "--capacity=1.25: only a mixture-of-experts"),
+    (["--experts", "-1"], "--experts=-1"), (["--top-k", "3"], "--top-k=3"),
+    (["--experts", "8", "--top-k", "9"], "--top-k=9"), (["--expert-ffn", "-5"], "--expert-ffn=-5"),
+    (["--ep", "2", "--tp", "1", "--pp", "1", "--dp", "8"], "--ep=2: expert parallelism needs a mixture-of-experts"),
+    (["--cp", "3", "--tp", "1", "--pp", "1", "--dp", "8"], "--cp=3"),
+    (["--seq", "100", "--layers", "4"], "give --model or the shape, not both"),
+])
+def test_bad_lesson_7_flags_are_one_line(extra, message, rejected):
+    rejected(["plan", "--model", "gpt3-175b", "--gpus", "8", "--global-batch", "8", *extra], message)

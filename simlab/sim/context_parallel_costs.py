@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import numpy as np
+
 from .._checks import check_choice, check_divisible, check_int, check_ranks
 from ..plan import CollectivePlan, Transfer
 from .collectives import ring_all_gather, ring_reduce_scatter
@@ -171,3 +173,20 @@ def make_plan(variant: str, *, world_size: int, seq: int, heads: int, head_dim: 
         return all_gather_kv_plan(world_size, block, itemsize)
     qkv, out = ulysses_pieces(world_size=world_size, seq=seq, heads=heads, kv_heads=g, head_dim=head_dim, batch=batch)
     return ulysses_plan(world_size, qkv, out, itemsize)
+
+
+# ---- the same closed forms over arrays, for lesson 6's model of a whole step (`hybrid_layer.cp_seconds`) ----
+
+def layer_bytes(variant, n, block, qkv_piece, out_piece) -> tuple:
+    """`costs` over numpy arrays: (forward, backward, K,V buffer) bytes per rank for `variant` (an index into
+    VARIANTS) on n ranks, given one rank's K,V block and Ulysses' two pieces in bytes (`kv_block_numel`,
+    `ulysses_pieces` × itemsize). The same formulas as `costs`, which tests/sim/test_context_parallel_model.py
+    holds them to; no shape checks here (`hybrid.check_context` made them)."""
+    variant, n = np.asarray(variant), np.asarray(n)
+    ring, gather = variant == VARIANTS.index("ring"), variant == VARIANTS.index("all-gather-kv")
+    ulysses = (n - 1) * (qkv_piece + out_piece)
+    forward = np.where(ring | gather, (n - 1) * block, ulysses)
+    backward = np.where(ring, (2 * n - 1) * block, np.where(gather, (n - 1) * block, ulysses))
+    buffers = np.where(ring, np.minimum(n - 1, 2) * block, np.where(gather, n * block, block))
+    alone = n == 1
+    return tuple(np.where(alone, 0, x) for x in (forward, backward, buffers))

@@ -194,9 +194,16 @@ def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> 
 
 def check_context(model: Transformer, plan: Plan) -> None:
     """Context parallelism's rules: the sequence cuts into 2·cp equal chunks (the zig-zag layout); Ulysses gives each
-    of the cp ranks whole heads of a TP rank's share, of the queries and of the keys and values."""
+    of the cp ranks whole heads of a TP rank's share, of the queries and of the keys and values; and attention must
+    be a fused kernel: Megatron-LM runs CP only inside Transformer Engine's flash/fused attention (its own
+    DotProductAttention asserts "Context parallelism is only supported by TEDotProductAttention!",
+    megatron/core/transformer/dot_product_attention.py @ d98e8a6), torch's context_parallel only on SDPA's flash and
+    efficient kernels."""
     if plan.cp == 1:
         return
+    if plan.attention == "eager":
+        raise ValueError(f"cp={plan.cp}: context parallelism needs attention='flash' (Megatron and torch run it only "
+                         "inside fused attention kernels), got attention='eager'")
     if model.seq % (2 * plan.cp):
         raise ValueError(f"cp={plan.cp}: the sequence seq={model.seq} must split into 2·cp = {2 * plan.cp} equal "
                          "chunks (the zig-zag layout)")

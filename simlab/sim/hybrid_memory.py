@@ -20,6 +20,12 @@ Teaches (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Tr
   interleaved over v chunks, (2(p − r − 1) + (v − 1)p + 1)/v of them — Korthikanti's L(1 + (p−1)/(pv)) on the
   first stage. The first stage also holds the embedding, the last the output layer and the fp32 logits of
   its micro-batch. The most loaded of the first, second and last stage is the GPU that must fit.
+- lesson 7: context parallelism keeps s/cp of every activation on a rank (the sequence is split; it needs a fused
+  attention kernel, so no s² scores) and, for the layer at work, the K,V buffers of its `cp_comm` (`cp_traffic`);
+  ZeRO shards the dense states over dp·cp (Megatron's data-parallel-with-context group). A mixture of experts holds
+  E/ep experts, each split over t, their states sharded over the expert-data-parallel group (dp·cp/ep), and keeps
+  its router probabilities, dispatched rows, intermediates and outputs (`expert_parallel_costs`), plus the
+  all-to-all's buffers for the layer at work.
 - the GPU: an "80 GB" part holds 80 GiB, of which the CUDA context, NCCL's buffers and the allocator's
   fragmentation take a share (`hardware.GPU.usable_memory`).
 
@@ -38,6 +44,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .context_parallel_costs import layer_bytes
+from .expert_parallel_costs import activation_bytes as moe_bytes
+from .expert_parallel_costs import buffer_bytes
 from .hybrid import ACTIVATION_BYTES, ATTENTION, CP_COMMS, RECOMPUTE, SCHEDULES, STATE_BYTES, Plan, stage_split
 from .memory import CPU_GRAD_BYTES, HOST_ADAM_BYTES
 from .model import Transformer
@@ -90,9 +99,9 @@ def knobs(plan: Plan, model: Transformer) -> Knobs:
 
 
 def stage_params(model: Transformer, k: Knobs, stage: int) -> np.ndarray:
-    """Parameters one GPU of a stage holds (its share of t): its layers, plus the embedding on the first
-    stage and the output layer on the last (both without PP)."""
-    per_layer = model.layer_params_per_rank(k.tp)
+    """Parameters one GPU of a stage holds (its share of t, and of ep for the experts): its layers, plus the
+    embedding on the first stage and the output layer on the last (both without PP)."""
+    per_layer = model.layer_params_per_rank(k.tp, k.ep)
     if stage == MIDDLE:
         return k.mid * per_layer
     embedding, output = model.embedding_params_per_rank(k.tp), model.output_params_per_rank(k.tp, k.pp)
@@ -101,17 +110,36 @@ def stage_params(model: Transformer, k: Knobs, stage: int) -> np.ndarray:
     return k.last * per_layer + output + np.where(k.pp == 1, embedding, 0)
 
 
-def zero3_unit(model: Transformer, tp) -> np.ndarray:
+def stage_expert_params(model: Transformer, k: Knobs, stage: int):
+    """The experts among a stage GPU's parameters (0 for a dense model): they shard over another group."""
+    return (k.first, k.mid, k.last)[stage] * model.expert_params_per_rank(k.tp, k.ep)
+
+
+def zero_groups(k: Knobs) -> tuple:
+    """(dense, expert) ZeRO group sizes: the DP group with its CP ranks — Megatron's distributed optimizer shards
+    over the data-parallel-with-context group (`intra_dp_cp_group`, megatron/core/optimizer/__init__.py @ d98e8a6),
+    torchtitan's FSDP over dp_shard·cp — and, for the experts, its ep-th part, the expert-data-parallel group
+    (`intra_expt_dp_group`: dp·cp/ep ranks hold the same experts)."""
+    dense = k.shard * k.cp
+    return dense, np.maximum(1, dense / k.ep)
+
+
+def zero3_unit(model: Transformer, tp, ep=1) -> np.ndarray:
     """Parameters ZeRO-3 holds gathered at once on one GPU of t: the layer, or `ZERO3_UNIT` of a bigger one, but
     never less than its largest matrix (one parameter is gathered whole; below that takes memory-centric tiling)."""
-    return np.minimum(model.layer_params_per_rank(tp), np.maximum(ZERO3_UNIT, model.largest_matrix / np.asarray(tp)))
+    return np.minimum(model.layer_params_per_rank(tp, ep), np.maximum(ZERO3_UNIT, model.largest_matrix / np.asarray(tp)))
 
 
 def model_states(model: Transformer, k: Knobs, precision: str, stage: int) -> dict:
     """Weights, gradients and optimizer state per GPU of a stage; shards round up, as `simlab.sim.memory` does."""
     p_b, g_b, o_b = STATE_BYTES[precision]
     full = stage_params(model, k, stage)
-    shard = np.ceil(full / k.shard)
+    dense_group, expert_group = zero_groups(k)
+    if model.experts:
+        experts = stage_expert_params(model, k, stage)
+        shard = np.ceil((full - experts) / dense_group) + np.ceil(experts / expert_group)
+    else:
+        shard = np.ceil(full / dense_group)
     params = np.where(k.zero >= 3, shard, full) * p_b
     grads = np.where(k.offload, 0, np.where(k.zero >= 2, shard, full) * g_b)
     optimizer = np.where(k.offload, 0, np.where(k.zero >= 1, shard, full) * o_b)
@@ -119,7 +147,7 @@ def model_states(model: Transformer, k: Knobs, precision: str, stage: int) -> di
     # is a layer, or at most 1e9 parameters of a bigger one (DeepSpeed's stage3_max_live_parameters default;
     # FSDP users wrap such a layer's linears one by one) — but never less than its largest matrix: a parameter is
     # gathered whole (going below one tensor takes memory-centric tiling, ZeRO-Infinity's TiledLinear)
-    layer = zero3_unit(model, k.tp)
+    layer = zero3_unit(model, k.tp, k.ep)
     gathered = np.where(k.zero >= 3, layer * (p_b + g_b + k.overlap_params * p_b), 0)
     return {"params": params + gathered, "grads": grads, "optimizer": optimizer,
             "cpu": np.where(k.offload, shard * HOST_BYTES, 0)}
@@ -142,8 +170,9 @@ def _per_element(model: Transformer, k: Knobs, rec, fp8: bool) -> dict:
         "flash_lse": np.where(k.attention == ATTENTION.index("flash"), 4 * a / h * split, 0),
         "out_proj_input": gemm_in * split, "attention_dropout_mask": mask * replicated,
         "ln2_input": 2 * replicated, "fc1_input": gemm_in * replicated,
-        "gelu_input": (4 if model.gated else 2) * ffn * split,  # gated: the gate's and the up projection's outputs
-        "gelu_output": gemm_in * ffn * split, "mlp_dropout_mask": mask * replicated}
+        # gated: the gate's and the up projection's outputs; a mixture of experts keeps its own (`moe_bytes`)
+        "gelu_input": 0 if model.experts else (4 if model.gated else 2) * ffn * split,
+        "gelu_output": 0 if model.experts else gemm_in * ffn * split, "mlp_dropout_mask": mask * replicated}
 
 
 def activation_terms(model: Transformer, k: Knobs, recompute=None, fp8: bool = False) -> dict:
@@ -156,9 +185,18 @@ def activation_terms(model: Transformer, k: Knobs, recompute=None, fp8: bool = F
     FlashAttention keeps a row's log-sum-exp instead (4 bytes per head and token); full recomputation keeps
     the layer's input alone. `fp8`: the four GEMMs' inputs are saved in FP8, one byte instead of two."""
     rec = k.recompute if recompute is None else recompute
-    sbh = model.seq * k.b * model.hidden
+    sbh = _sbh(model, k)
     kept = np.where(rec == 2, 0, sbh)  # full recomputation: only the layer's input stays, the rest is rebuilt
-    return {name: (sbh if name == "ln1_input" else kept) * c for name, c in _per_element(model, k, rec, fp8).items()}
+    terms = {name: (sbh if name == "ln1_input" else kept) * c for name, c in _per_element(model, k, rec, fp8).items()}
+    if model.experts:
+        terms["experts"] = np.where(rec == 2, 0, moe_bytes(model, k, fp8))
+    return terms
+
+
+def _sbh(model: Transformer, k: Knobs):
+    """Elements of one (s, b, h) activation on one rank: context parallelism keeps s/cp of the sequence."""
+    sbh = model.seq * k.b * model.hidden
+    return sbh if np.all(np.asarray(k.cp) == 1) else sbh / k.cp
 
 
 def layer_activation_bytes(model: Transformer, k: Knobs, recompute=None, fp8: bool = False) -> np.ndarray:
@@ -168,8 +206,22 @@ def layer_activation_bytes(model: Transformer, k: Knobs, recompute=None, fp8: bo
     inputs are saved for the backward in FP8, one byte instead of two (Transformer Engine)."""
     rec = k.recompute if recompute is None else recompute
     per = _per_element(model, k, rec, fp8)
-    sbh = model.seq * k.b * model.hidden
-    return sbh * per.pop("ln1_input") + np.where(rec == 2, 0, sbh) * sum(per.values())
+    sbh = _sbh(model, k)
+    kept = sbh * per.pop("ln1_input") + np.where(rec == 2, 0, sbh) * sum(per.values())
+    return kept + np.where(rec == 2, 0, moe_bytes(model, k, fp8)) if model.experts else kept
+
+
+def cp_traffic(model: Transformer, k: Knobs, a_b: int) -> tuple:
+    """One layer's context-parallel (forward, backward, K,V buffer) bytes on one rank (`cp_comm`'s closed forms,
+    `context_parallel_costs.layer_bytes`): a TP rank's K,V heads (kv_heads/t, at least one: Megatron replicates
+    K,V heads when t > kv_heads) of its s/cp tokens; Ulysses' pieces a 1/cp of its heads."""
+    d, n = model.hidden // model.heads, k.cp
+    tokens = k.b * model.seq / n
+    kv = np.maximum((model.kv_heads or model.heads) / k.tp, 1)
+    block = 2 * tokens * kv * d * a_b
+    heads = model.heads / k.tp
+    qkv, out = tokens * d * (heads + 2 * kv) / n * a_b, tokens * d * heads / n * a_b
+    return layer_bytes(k.cp_comm, n, block, qkv, out)
 
 
 def in_flight(k: Knobs, m, stage: int) -> np.ndarray:
@@ -189,7 +241,10 @@ def activations(model: Transformer, k: Knobs, m, precision: str, stage: int) -> 
     layers = (k.first, k.mid, k.last)[stage]
     stored = layer_activation_bytes(model, k, fp8=precision == "fp8") * layers * in_flight(k, m, stage) * scale
     working = np.where(k.recompute == 2, layer_activation_bytes(model, k, recompute=0) * scale, 0)  # one layer
-    sbh_t = model.seq * k.b * model.hidden / k.tp
+    if np.any(np.asarray(k.cp) > 1) or model.experts:  # the layer at work: K,V buffers, the all-to-all's
+        working = working + cp_traffic(model, k, ACTIVATION_BYTES[precision])[2] + buffer_bytes(
+            model, k, ACTIVATION_BYTES[precision])
+    sbh_t = _sbh(model, k) / k.tp
     embedding = sbh_t * in_flight(k, m, FIRST) * scale
     logits = 4 * sbh_t * (1 + model.vocab / model.hidden)  # bytes: final norm's input and fp32 logits
     emb = {FIRST: embedding, MIDDLE: 0, LAST: np.where(k.pp == 1, embedding, 0)}[stage]
@@ -218,5 +273,5 @@ def per_gpu(model: Transformer, plan, global_batch: int, precision: str | None =
            for key in ("params", "grads", "optimizer", "activations", "total", "cpu")}
     out["stage"] = worst
     out["layer_activations"] = stages[FIRST]["layer_activations"]
-    out["layer_states"] = k.first * model.layer_params_per_rank(k.tp) * sum(STATE_BYTES[precision])
+    out["layer_states"] = k.first * model.layer_params_per_rank(k.tp, k.ep) * sum(STATE_BYTES[precision])
     return {key: float(v) if np.ndim(v) == 0 else v for key, v in out.items()} if isinstance(plan, Plan) else out

@@ -19,8 +19,13 @@ Teaches, from one layer's time (`simlab.sim.hybrid_layer`) up:
   `hidden` what ran underneath. With PP, m is large: that is why the primer keeps only ZeRO-1 with pipelining;
 - Offload: gradients down and parameters up over PCIe, Adam on the host's cores, not overlapped; the optimizer
   (fused Adam, 32 bytes per parameter of the GPU's shard at HBM speed).
+- lesson 7: context parallelism's K,V traffic per layer (`hybrid_layer.cp_seconds`: the ring's hops hide under the
+  attention of the block already held, all-gather and Ulysses are exposed) in `cp_comm`, a mixture of experts'
+  all-to-alls (4 per layer, exposed) in `ep_comm`; dense gradients reduced over dp·cp, the experts' over the
+  expert-data-parallel group (dp·cp/ep ranks, tp·ep apart).
 `executor=True` models the course's own executor instead: nothing overlapped, Adam unfused.
-Outputs step seconds, tokens/s and MFU (model FLOPs, no recomputation, over the GPUs' peak in the plan's precision).
+Outputs step seconds, tokens/s and MFU (model FLOPs, no recomputation, over the GPUs' peak in the plan's precision;
+a mixture of experts counts the top_k experts a token meets, as MoE papers report).
 
     >>> from simlab.sim.model import PRESETS
     >>> from simlab.sim.hardware import cluster
@@ -39,8 +44,8 @@ import numpy as np
 from ..trace import Trace
 from .hardware import Cluster
 from .hybrid import ACTIVATION_BYTES, SCHEDULES, STATE_BYTES, Plan
-from .hybrid_layer import layer_seconds, output_seconds
-from .hybrid_memory import FIRST, LAST, MIDDLE, Knobs, knobs, stage_params
+from .hybrid_layer import cp_seconds, ep_seconds, layer_seconds, output_seconds
+from .hybrid_memory import FIRST, LAST, MIDDLE, Knobs, knobs, stage_params, zero_groups
 from .model import Transformer
 from .network import all_gather, all_reduce, reduce_scatter, send
 
@@ -81,17 +86,27 @@ def _stages(model, k, c, precision, executor):
     tp_bwd = _exposed(2 * tc, one["wgrad"], not executor)
     tp_layer = tp_fwd + tp_bwd
     hidden_layer = 2 * tc * (2 + (k.recompute == 2)) - tp_layer
+    # lesson 7: context parallelism's K,V traffic (the ring's hops partly under attention; the executor hides
+    # nothing) and expert parallelism's all-to-alls, the forward's again under full recomputation
+    again = 1 + (k.recompute == 2)
+    cp, a_b = cp_seconds(model, k, c, ACTIVATION_BYTES[precision], one["attention"]), ACTIVATION_BYTES[precision]
+    cp_hidden = 0.0 if executor else cp["hidden"] * again
+    cp_layer = cp["forward"] * again + cp["backward"] + (cp["hidden"] * again - cp_hidden)
+    ep_layer = ep_seconds(model, k, c, a_b) * (1 + again)
     # compute beside a hidden collective loses NCCL's SMs (`gpus.NCCL_SMS`)
     per_layer = one["forward"] + one["backward"] + one["recompute"] + hidden_layer * c.gpu.overlap_cost
+    if np.any(np.asarray(k.cp) > 1):
+        per_layer = per_layer + cp_hidden * c.gpu.overlap_cost
     compute = {FIRST: k.first * per_layer + np.where(k.pp == 1, edge["logits"], 0), MIDDLE: k.mid * per_layer,
                LAST: k.last * per_layer + edge["logits"]}
     tp = {FIRST: k.first * tp_layer + edge["edges"], MIDDLE: k.mid * tp_layer,
           LAST: k.last * tp_layer + np.where(k.pp == 1, 0, edge["edges"])}
-    stride, act = k.tp * k.dp, k.b * model.seq * model.hidden * ACTIVATION_BYTES[precision]
+    cp_ep = {s: (n * cp_layer, n * ep_layer) for s, n in zip((FIRST, MIDDLE, LAST), (k.first, k.mid, k.last))}
+    stride, act = k.tp * k.cp * k.dp, k.b * model.seq * model.hidden * ACTIVATION_BYTES[precision] / k.cp
     p2p = np.where(k.pp > 1, 2 * _chunks(k) * send(c, stride, k.pp, act / k.tp), 0)
-    total = (model.layers * (per_layer + tp_layer) + edge["logits"] + edge["edges"]
+    total = (model.layers * (per_layer + tp_layer + cp_layer + ep_layer) + edge["logits"] + edge["edges"]
              + np.where(k.pp > 1, k.pp * p2p, 0))
-    return one, compute, tp, p2p, total, hidden_layer
+    return one, compute, tp, cp_ep, p2p, total, (hidden_layer, cp_hidden)
 
 
 def _dp_time(model, k, c, precision, one, layers, m, executor):
@@ -99,8 +114,11 @@ def _dp_time(model, k, c, precision, one, layers, m, executor):
     p_b, g_b, _ = STATE_BYTES[precision]
     params = np.maximum(np.maximum(stage_params(model, k, FIRST), stage_params(model, k, MIDDLE)),
                         stage_params(model, k, LAST))
-    grads, weights, s = params * g_b, params * p_b, k.shard
-    replicas = k.dp // s
+    experts = layers * model.expert_params_per_rank(k.tp, k.ep)  # 0 for a dense model
+    dense = params - experts if model.experts else params
+    # the dense gradients' group is DP with its CP ranks (tp apart, dp·cp of them); HSDP shards inside it
+    group, s, replicas = k.dp * k.cp, k.shard * k.cp, k.dp // k.shard
+    grads, weights = dense * g_b, dense * p_b
     # frameworks reduce and gather piece by piece — one per layer (FSDP's units), or per bucket of parameters
     # (DeepSpeed's, `Plan.bucket`) — each paying its latency; the course's executor sends one flat buffer
     def pieces(bucket):
@@ -108,9 +126,17 @@ def _dp_time(model, k, c, precision, one, layers, m, executor):
                                            np.maximum(layers, 1))
     n, g = pieces(k.bucket_reduce), pieces(k.bucket_gather)
     across = np.where(replicas > 1, n * all_reduce(c, k.tp * s, replicas, grads / s / n), 0)  # HSDP's replica sum
-    reduce = np.where(k.zero == 0, n * all_reduce(c, k.tp, k.dp, grads / n),
+    reduce = np.where(k.zero == 0, n * all_reduce(c, k.tp, group, grads / n),
                       n * reduce_scatter(c, k.tp, s, grads / n) + across)
     gather = g * all_gather(c, k.tp, s, weights / g)
+    if model.experts:  # the experts' over the expert-data-parallel group: dp·cp/ep ranks, tp·ep apart (Megatron's
+        # expert grid tp-ep-dp), sharded by ZeRO over it (`hybrid_memory.zero_groups`)
+        e_group, e_stride = group / k.ep, k.tp * k.ep
+        e_shard = zero_groups(k)[1]
+        e_grads, e_weights = experts * g_b, experts * p_b
+        reduce = reduce + np.where(k.zero == 0, n * all_reduce(c, e_stride, e_group, e_grads / n),
+                                   n * reduce_scatter(c, e_stride, e_shard, e_grads / n))
+        gather = gather + g * all_gather(c, e_stride, e_shard, e_weights / g)
     forward, backward = layers * one["forward"], layers * (one["backward"] + one["recompute"])
     dp, params_, _ = _overlaps(k, executor)
     once = _exposed(reduce, backward, dp) + np.where(k.zero >= 1, _exposed(gather, forward, params_), 0)
@@ -120,23 +146,24 @@ def _dp_time(model, k, c, precision, one, layers, m, executor):
     both = np.where(params_, gather, 0) + np.where(dp, reduce, 0)  # what may run under the backward
     zero3_bwd = np.maximum(0, both - backward) + np.where(params_, 0, gather) + np.where(dp, 0, reduce)
     zero3 = m * (zero3_fwd + zero3_bwd)
-    exposed = np.where(k.dp == 1, 0, np.where(k.zero <= 1, once, np.where(k.zero == 2, zero2, zero3)))
+    exposed = np.where(group == 1, 0, np.where(k.zero <= 1, once, np.where(k.zero == 2, zero2, zero3)))
     sent = np.where(k.zero <= 1, reduce + np.where(k.zero == 1, gather, 0),
                     np.where(k.zero == 2, m * reduce + gather, m * (2 * gather + reduce)))
-    return exposed, np.where(k.dp == 1, 0, sent - exposed), params
+    return exposed, np.where(group == 1, 0, sent - exposed), params, experts
 
 
 def step(model: Transformer, plan, c: Cluster, global_batch: int, precision: str | None = None,
          executor: bool = False) -> dict:
-    """Seconds per step with a breakdown of exposed time (compute, tp_comm, pp_p2p, pp_bubble, dp_comm,
-    offload, optimizer; they add up to the step), `hidden` (TP and DP time that ran under compute), tokens/s
+    """Seconds per step with a breakdown of exposed time (compute, tp_comm, pp_p2p, cp_comm, ep_comm, pp_bubble,
+    dp_comm, overlap, offload, optimizer; they add up to the step), `hidden` (TP, CP and DP time that ran under
+    compute: tp_comm, cp_comm, dp_comm), tokens/s
     and MFU for `plan` (a `Plan`, or `Knobs` of arrays). `executor`: the course's own executor
     (`simlab.exec.hybrid`, what `parity.hybrid` predicts), which overlaps nothing and runs Adam unfused."""
     k = knobs(plan, model) if isinstance(plan, Plan) else plan
     precision = precision or plan.precision
     gpu, m = c.gpu, global_batch // (k.dp * k.b)
-    one, compute, tp, p2p, total, tp_hidden = _stages(model, k, c, precision, executor)
-    stage_time = [compute[s] + tp[s] + p2p for s in (FIRST, MIDDLE, LAST)]
+    one, compute, tp, cp_ep, p2p, total, (tp_hidden, cp_hidden) = _stages(model, k, c, precision, executor)
+    stage_time = [compute[s] + tp[s] + p2p + cp_ep[s][0] + cp_ep[s][1] for s in (FIRST, MIDDLE, LAST)]
     slowest = np.argmax(np.stack(np.broadcast_arrays(*stage_time)), axis=0)
 
     def pick(d):  # the slowest stage's value of a {stage: seconds} dict
@@ -144,10 +171,12 @@ def step(model: Transformer, plan, c: Cluster, global_batch: int, precision: str
     t_max = pick(dict(enumerate(stage_time)))
     pipeline = m * t_max + np.maximum(0, total - t_max) / _chunks(k)
     layers = pick({FIRST: k.first, MIDDLE: k.mid, LAST: k.last})
-    dp_exposed, dp_hidden, params = _dp_time(model, k, c, precision, one, layers, m, executor)
+    dp_exposed, dp_hidden, params, experts = _dp_time(model, k, c, precision, one, layers, m, executor)
 
     p_b = STATE_BYTES[precision][0]
-    shard = np.where(k.zero >= 1, params / k.shard, params)
+    dense_group, expert_group = zero_groups(k)
+    sharded = (params - experts) / dense_group + experts / expert_group if model.experts else params / dense_group
+    shard = np.where(k.zero >= 1, sharded, params)
     offload = np.where(k.offload, shard * (2 + p_b) / gpu.host_bandwidth  # gradients down, parameters up
                        + shard / (c.host_adam_rate / c.gpus_per_node), 0)
     tensors = layers * TENSORS_PER_LAYER + TENSORS_OUTSIDE
@@ -158,11 +187,12 @@ def step(model: Transformer, plan, c: Cluster, global_batch: int, precision: str
     seconds = pipeline + dp_exposed + offload + optimizer + overlap
     peak = gpu.peak_flops_fp8 if precision == "fp8" and gpu.peak_flops_fp8 else gpu.peak_flops
     breakdown = {"compute": m * pick(compute), "tp_comm": m * pick(tp), "pp_p2p": m * p2p,
+                 "cp_comm": m * pick({s: cp_ep[s][0] for s in cp_ep}), "ep_comm": m * pick({s: cp_ep[s][1] for s in cp_ep}),
                  "pp_bubble": pipeline - m * t_max, "dp_comm": dp_exposed, "overlap": overlap, "offload": offload,
                  "optimizer": optimizer}
     out = {"step_seconds": seconds, "tokens_per_second": global_batch * model.seq / seconds,
            "mfu": model.model_flops(global_batch) / (seconds * c.gpus * peak), "breakdown": breakdown,
-           "hidden": {"tp_comm": m * layers * tp_hidden, "dp_comm": dp_hidden}}
+           "hidden": {"tp_comm": m * layers * tp_hidden, "cp_comm": m * layers * cp_hidden, "dp_comm": dp_hidden}}
     if isinstance(plan, Plan):
         out = {key: ({b: float(x) for b, x in val.items()} if isinstance(val, dict) else float(val))
                for key, val in out.items()}
@@ -180,7 +210,8 @@ def pipeline_trace(model: Transformer, plan: Plan, c: Cluster, global_batch: int
     from .pipeline_schedules import make_schedule
     t = step(model, plan, c, global_batch, precision, executor)
     m = global_batch // (plan.dp * plan.microbatch)
-    stage = (t["breakdown"]["compute"] + t["breakdown"]["tp_comm"] + t["breakdown"]["pp_p2p"]) / m
+    parts = ("compute", "tp_comm", "pp_p2p", "cp_comm", "ep_comm")  # a stage's time per micro-batch, CP's and EP's too
+    stage = sum(t["breakdown"][part] for part in parts) / m
     per_chunk = stage / plan.chunks
     sim = simulate(make_schedule(plan.schedule, plan.pp, m, plan.chunks), t_f=per_chunk / 3, t_b=2 * per_chunk / 3)
     if mesh is None:

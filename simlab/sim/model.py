@@ -6,13 +6,18 @@ norms 4h); the whole model P = 12Lh²(1 + 13/(12h) + (V + s)/(12Lh)) (Narayanan 
 learned positions and tied embeddings. A training step costs ≈ 6 FLOPs per parameter per token, plus
 attention's s² term: 72·B·L·s·h²(1 + s/(6h) + V/(12Lh)) per iteration (Korthikanti et al. 2022, Eq. 7).
 Llama-style models differ in ways the spec also knows: a gated MLP (three matrices), grouped-query
-attention (fewer K/V heads), untied input/output embeddings, RMSNorm without biases, no dropout.
+attention (fewer K/V heads), untied input/output embeddings, RMSNorm without biases, no dropout. A mixture of
+experts (lesson 7; Mixtral) replaces each layer's MLP with E expert MLPs and a router (h × E): the model holds
+all of them (`params`), a token meets top_k (`active_params`, and the FLOPs MFU counts).
 
     >>> m = PRESETS["gpt3-175b"]
     >>> round(m.params / 1e9, 1), m.layer_params == 12 * 12288**2 + 13 * 12288
     (174.6, True)
     >>> round(PRESETS["llama2-70b"].params / 1e9, 2)
     68.98
+    >>> mix = PRESETS["mixtral-8x7b"]  # Mistral AI: 46.7B parameters, 12.9B active per token
+    >>> round(mix.params / 1e9, 1), round(mix.active_params / 1e9, 1)
+    (46.7, 12.9)
 """
 from __future__ import annotations
 
@@ -72,23 +77,56 @@ class Transformer:
         return (self.kv_heads or self.heads) * (self.hidden // self.heads)
 
     @property
+    def expert_width(self) -> int:
+        """The MLP width of one expert (`expert_ffn`, else `ffn`)."""
+        return self.expert_ffn or self.ffn_width
+
+    def _mlp_matrices(self, width: int) -> int:
+        return (3 if self.gated else 2) * self.hidden * width
+
+    @property
     def matmul_params(self) -> int:
-        """Weights of one layer's matrix multiplies: Q, K, V, O and the MLP's 2 (3 if gated) matrices."""
+        """Weights of one layer's matrix multiplies: Q, K, V, O and the MLP's 2 (3 if gated) matrices; a mixture of
+        experts has E such MLPs and the router's h × E matrix instead of one MLP."""
         h = self.hidden
-        return 2 * h * h + 2 * h * self.kv_width + (3 if self.gated else 2) * h * self.ffn_width
+        attention = 2 * h * h + 2 * h * self.kv_width
+        if self.experts:
+            return attention + self.experts * self._mlp_matrices(self.expert_width) + h * self.experts
+        return attention + self._mlp_matrices(self.ffn_width)
+
+    @property
+    def active_matmul_params(self) -> int:
+        """The weights one token meets in a layer: attention, the router and its top_k experts (dense: all)."""
+        if not self.experts:
+            return self.matmul_params
+        return self.matmul_params - (self.experts - self.top_k) * self._mlp_matrices(self.expert_width)
+
+    @property
+    def expert_params(self) -> int:
+        """One layer's experts, all E of them (matrices and biases); 0 for a dense model. No shared experts and no
+        dense layers between MoE layers: every layer is a mixture (Mixtral's shape)."""
+        if not self.experts:
+            return 0
+        w = self.expert_width
+        biases = ((2 if self.gated else 1) * w + self.hidden) if self.biases else 0
+        return self.experts * (self._mlp_matrices(w) + biases)
 
     @property
     def largest_matrix(self) -> int:
         """Parameters of a layer's largest weight tensor: the fused QKV projection (Megatron's, h × (h + 2·kv))
         or one MLP matrix (h × ffn). Frameworks gather a parameter whole, so this bounds ZeRO-3's unit below."""
-        return max(self.hidden * (self.hidden + 2 * self.kv_width), self.hidden * self.ffn_width)
+        mlp = self.expert_width if self.experts else self.ffn_width
+        return max(self.hidden * (self.hidden + 2 * self.kv_width), self.hidden * mlp)
 
     @property
     def layer_params(self) -> int:
         """One layer: the matrices, their biases and the two norms (weight + bias, or RMSNorm's weight)."""
         h = self.hidden
-        biases = 2 * h + 2 * self.kv_width + self.ffn_width + h if self.biases else 0
         norms = 2 * (2 * h if self.biases else h)
+        if self.experts:  # attention's biases; the experts' are in expert_params
+            return self.matmul_params - self.experts * self._mlp_matrices(self.expert_width) + self.expert_params + (
+                2 * h + 2 * self.kv_width if self.biases else 0) + norms
+        biases = 2 * h + 2 * self.kv_width + self.ffn_width + h if self.biases else 0
         return self.matmul_params + biases + norms
 
     @property
@@ -106,14 +144,31 @@ class Transformer:
     def params(self) -> int:
         return self.layers * self.layer_params + self.embedding_params + self.output_params
 
+    @property
+    def active_params(self) -> int:
+        """Parameters one token meets: all but the experts it is not routed to (dense: `params`)."""
+        idle = (self.experts - self.top_k) * self.expert_params // self.experts if self.experts else 0
+        return self.params - self.layers * idle
+
     # ---- what one tensor-parallel rank of t holds (Megatron's split): the matrices and the biases of
     # column-parallel layers are cut in t, the row-parallel layers' biases and the norms are replicated;
     # the token table and an untied output layer are split by vocabulary, positions replicated
-    def layer_params_per_rank(self, t: int) -> float:
+    def layer_params_per_rank(self, t: int, ep: int = 1) -> float:
+        """A mixture of experts: attention split over t, the router (h × E) replicated, the experts over ep and
+        each expert's matrices over t too (`expert_params_per_rank`): Megatron's expert_tensor_parallel_size defaults
+        to the TP size (megatron/training/arguments.py @ d98e8a6)."""
         h = self.hidden
+        if self.experts:
+            attention = 2 * h * h + 2 * h * self.kv_width + (h + 2 * self.kv_width if self.biases else 0)
+            replicated = (h if self.biases else 0) + 2 * (2 * h if self.biases else h) + h * self.experts
+            return attention / t + replicated + self.expert_params_per_rank(t, ep)
         split_biases = h + 2 * self.kv_width + (2 if self.gated else 1) * self.ffn_width if self.biases else 0
         replicated = (2 * h if self.biases else 0) + 2 * (2 * h if self.biases else h)  # O and down biases, norms
         return (self.matmul_params + split_biases) / t + replicated  # t = 1: layer_params (t may be an array)
+
+    def expert_params_per_rank(self, t: int, ep: int = 1) -> float:
+        """One layer's experts on one rank: E/ep experts, each cut over t (t, ep may be arrays)."""
+        return self.expert_params / (np.asarray(t) * np.asarray(ep)) if self.experts else 0
 
     def embedding_params_per_rank(self, t: int) -> float:
         return self.embedding_params - self.vocab * self.hidden * (1 - 1 / t)
@@ -125,9 +180,10 @@ class Transformer:
         return copy * self.vocab * self.hidden / t + (2 if self.biases else 1) * self.hidden
 
     def layer_flops(self, tokens: int) -> int:
-        """Forward FLOPs of one layer on `tokens` = b·s tokens: 2 per weight per token, and attention's
-        QKᵀ and AV, 2·b·s²·h each (counted in full, causal mask or not, as the papers do)."""
-        return 2 * tokens * self.matmul_params + 4 * tokens * self.seq * self.hidden
+        """Forward FLOPs of one layer on `tokens` = b·s tokens: 2 per weight a token meets (a mixture of experts:
+        its top_k experts and the router, what MoE papers count), and attention's QKᵀ and AV, 2·b·s²·h each
+        (counted in full, causal mask or not, as the papers do)."""
+        return 2 * tokens * self.active_matmul_params + 4 * tokens * self.seq * self.hidden
 
     def logits_flops(self, tokens: int) -> int:
         """Forward FLOPs of the output projection to the vocabulary."""
@@ -166,6 +222,7 @@ def mpt(name: str, layers: int, hidden: int, heads: int) -> Transformer:
                        source="mosaicml/llm-foundry scripts/train/yamls/pretrain/mpt-*.yaml @ b2a43a1")
 
 
+MIXTRAL = "Jiang et al. 2024 (arXiv 2401.04088) Table 1; "
 LLAMA3 = "meta-llama/llama-models models/llama3_1/MODEL_CARD.md; Dubey et al. 2024 (arXiv 2407.21783) Table 3"
 PRESETS = {
     "gpt3-175b": megatron("gpt3-175b", 96, 12288, 96, "Brown et al. 2020 Table 2.1 (96 layers, 12288, 96 heads, "
@@ -195,6 +252,12 @@ PRESETS = {
     "nemotron4-340b": Transformer("nemotron4-340b", 96, 18432, 96, seq=4096, vocab=256000, ffn=73728, kv_heads=8,
                                   tied=False, learned_positions=False, biases=False, dropout=False,
                                   source="NVIDIA/dgxc-benchmarking nemotron/nemotron4-340b yaml (squared ReLU, GQA 8)"),
+    # Mixtral: every layer's MLP is 8 SwiGLU experts of Mistral 7B's width, top-2, no shared expert; seq: the
+    # sequence of Megatron-LM's published Mixtral mappings (the models' context is 32K / 64K)
+    "mixtral-8x7b": llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, 4096, MIXTRAL + "mistralai/Mixtral-8x7B-v0.1 "
+                          "config.json (rope θ 1e6, untied)").with_(experts=8, top_k=2),
+    "mixtral-8x22b": llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32768, 4096, MIXTRAL + "mistralai/Mixtral-8x22B-v0.1 "
+                           "config.json (rope θ 1e6, untied)").with_(experts=8, top_k=2),
     "mpt-7b": mpt("mpt-7b", 32, 4096, 32),
     "mpt-70b": mpt("mpt-70b", 80, 8192, 64),
 } | {f"megatron-{size}-2021": megatron(f"megatron-{size}-2021", layers, hidden, heads, MEGATRON.split(";")[0])

@@ -120,11 +120,12 @@ def _predict(run, **changes):
     return c, plan, step(run.model, plan, c, run.global_batch)["tokens_per_second"] / run.gpus
 
 
-def validation() -> list[dict]:
+def validation(runs=RUNS) -> list[dict]:
     """Every published run: tokens/s per GPU published and ours, the error, the range the unknown knobs'
-    alternatives span, peak memory per GPU (GiB) where published, and whether the model says it fits."""
+    alternatives span, peak memory per GPU (GiB) where published, and whether the model says it fits. `runs`:
+    lesson 6's (`RUNS`, the default) or lesson 7's long-sequence and mixture-of-experts runs (`LONG_AND_MOE_RUNS`)."""
     rows = []
-    for run in RUNS:
+    for run in runs:
         c, plan, ours = _predict(run)
         mem = per_gpu(run.model, plan, run.global_batch)
         swing = [_predict(run, **alt)[2] / run.published - 1 for alt in run.alternatives]

@@ -56,9 +56,11 @@ class Run:
 
 def megatron_flops_per_token(model: Transformer, causal: bool = True) -> float:
     """Megatron-LM's model FLOPs per token (training.py `transformer_flops`): 6 × (the layers' weights, the
-    logits) + the causal attention's 6·s·h per layer (`causal=False`: 12·s·h, NeMo 24.x's count)."""
+    logits) + the causal attention's 6·s·h per layer (`causal=False`: 12·s·h, NeMo 24.x's count and Megatron's
+    `num_floating_point_operations` of 2024, @ 8b72751, which counts top_k experts' MLPs for a mixture)."""
     h, q = model.hidden, model.hidden
-    mlp = (3 if model.gated else 2) * h * model.ffn_width
+    # a mixture of experts: the top_k experts a token meets (the router is not counted), as Megatron's formula
+    mlp = (3 if model.gated else 2) * h * (model.expert_width * model.top_k if model.experts else model.ffn_width)
     attn = h * (q + 2 * model.kv_width) + q * h
     return 6 * (model.layers * (attn + mlp) + h * model.vocab) + (6 if causal else 12) * model.seq * model.layers * h
 
@@ -216,4 +218,59 @@ RUNS = (
     Run("mpt-7b-h100", "llm-foundry benchmarking README @ 5e85bd6 (H100, large scale)", "Composer FSDP",
         M["mpt-7b"], "h100-80gb", 512, 3200, P(dp=512, microbatch=6, precision="mixed", **FSDP), 3072, 9670,
         "9670 tokens/s/GPU", assumptions=("8 × 400 Gb/s per node",), swing="the network (not stated)"),
+)
+
+
+# ---- lesson 7: long sequences (context parallelism) and a mixture of experts. Kept apart from RUNS, whose median
+# error is lesson 6's MODEL_ERROR. Every assumption below was written down before the model's prediction was run.
+TITAN_CP = dict(TITAN, precision="fp8", recompute="full", cp_comm="all-gather-kv")
+TT_SRC = "pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md @ 820504e, Table "
+TT_ASSUME = ("K,V exchanged by all-gather: torchtitan's context_parallel_rotate_method defaults to 'allgather' "
+             "(torchtitan/config_manager.py @ 9dec370)", "the zig-zag (head-tail) load balancing torch's CP applies",
+             "Float8 GEMMs priced as the model's FP8")
+MIX = M["mixtral-8x7b"]
+MIX_SRC = ("NVIDIA/Megatron-LM megatron/core/transformer/moe/README.md @ 4015ff1 (468 TFLOPS, MCore v0.9; 'Reference "
+           "Best Parallel Mapping', MCore v0.8: 64 H100, TP1 EP8 PP4 VP8, MBS 1, GBS 256, seq 4096, dropless)")
+LONG_AND_MOE_RUNS = tuple(
+    Run(f"torchtitan-8b-cp{cp}", TT_SRC + f"2 (FSDP {8 // cp}, CP {cp}, seq {seq})", "torchtitan FSDP2 + CP",
+        M["llama3-8b"].with_(seq=seq), "h100-96gb-hbm2e", 8, 3200, P(dp=8 // cp, cp=cp, zero=3, **TITAN_CP), 8 // cp,
+        tps, f"{tps:,} TPS/GPU", memory_gib=gib, assumptions=TT_ASSUME + (
+            "local batch 1 per FSDP rank, one micro-batch (global batch = FSDP degree)",
+            "FSDP shards over dp·cp and reshards after forward (no PP): ZeRO-3"),
+        swing="the K,V exchange (ring instead of all-gather)", alternatives=({"cp_comm": "ring"},) if cp > 1 else ())
+    for cp, seq, tps, gib in ((1, 32768, 3890, 83.9), (2, 65536, 2540, 84.2), (4, 131072, 1071, 84.0),
+                              (8, 262144, 548, 84.5))
+) + tuple(
+    Run(f"torchtitan-405b-cp{cp}", TT_SRC + f"6 (TP 8, PP 8, FSDP {8 // cp}, CP {cp}, seq {seq})",
+        "torchtitan FSDP2 + TP + PP + CP", L3.with_(seq=seq), "h100-96gb-hbm2e", 512, 3200,
+        P(tp=8, pp=8, dp=8 // cp, cp=cp, zero=1, sequence_parallel=True, **(TITAN_CP | dict(overlap="dp,params,tp"))),
+        8 * (8 // cp), tps, f"{tps} TPS/GPU", memory_gib=gib, assumptions=TT_ASSUME + (
+            "local batch 8 in 8 micro-batches of 1 (torchtitan's default: as many micro-batches as stages)",
+            "FSDP under PP does not reshard after forward: ZeRO-1's traffic and memory",
+            "an even split, 16 layers on the fullest stage", "AsyncTP: TP's forward collectives under its GEMMs"),
+        swing="micro-batch; the K,V exchange", alternatives=({"cp_comm": "ring"},) if cp > 1 else ())
+    for cp, seq, tps, gib in ((1, 32768, 76, 75.3), (2, 65536, 47, 75.9), (4, 131072, 31, 77.1),
+                              (8, 262144, 16, 84.9))
+) + (
+    Run("llama3-405b-128k", "Dubey et al. 2024 (arXiv 2407.21783) Table 4 (16,384 GPUs, TP 8, CP 16, PP 16, DP 8, "
+        "seq 131,072, 380 TFLOPs/GPU)", "Meta (FSDP + TP + PP + CP)", L3.with_(seq=131072), "h100-80gb", 16384, 3200,
+        P(tp=8, cp=16, pp=16, dp=8, schedule="interleaved", chunks=8, zero=1, sequence_parallel=True,
+          stage_layers=(7,) + (8,) * 14 + (7,), cp_comm="all-gather-kv", **TITAN), 128,
+        380e12 / megatron_flops_per_token(L3.with_(seq=131072)), "380 TFLOPs/GPU (BF16 MFU 38 %)",
+        assumptions=("as llama3-405b-8k (micro-batch 1, v = 8, sequence parallel, FlashAttention, ZeRO-1's rhythm)",
+                     "batch 16 sequences per DP group: global batch 128", "K,V all-gathered (Dubey §3.3.2)",
+                     "no recomputation: each rank holds 131,072/16 = 8,192 tokens, the 8K stage's, which ran without",
+                     "Megatron's FLOP count with causal attention, at seq 131,072"),
+        swing="the FLOP count: at 128K attention is much of it, and counted in full (not causal) it would lower the "
+              "published tokens/s by over a quarter; recomputation",
+        alternatives=({"recompute": "full"}, {"cp_comm": "ring"})),
+    Run("megatron-mixtral-8x7b", MIX_SRC, "Megatron-Core MoE", MIX, "h100-80gb", 64, 3200,
+        P(pp=4, dp=16, ep=8, schedule="interleaved", chunks=8, zero=1, attention="flash", overlap="dp,params",
+          precision="mixed-fp32-grads"), 256, 468e12 / megatron_flops_per_token(MIX, causal=False), "468 TFLOPS",
+        assumptions=("the 468 TFLOPS were measured on the reference mapping (the README puts them together; it is "
+                     "MCore v0.9, the mapping v0.8)", "TFLOPS by Megatron's count of the time (@ 8b72751: full "
+                     "attention, top-2 experts, no router)", "distributed optimizer with --overlap-grad-reduce "
+                     "and --overlap-param-gather", "no recomputation", "TE fused attention (flash)",
+                     "dropless, balanced routing (factor 1.0)", "8 × 400 Gb/s InfiniBand per node (the README's)"),
+        swing="recomputation; routing imbalance", alternatives=({"recompute": "selective"}, {"capacity": 1.25})),
 )
