@@ -16,6 +16,7 @@ from pathlib import Path
 from _common import load_warning  # benchmarks/ is on sys.path when run as a script
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+from simlab.sim import advisor  # noqa: E402 — after sys.path gains the checkout
 from simlab.sim.advisor import family, search  # noqa: E402 — after sys.path gains the checkout
 from simlab.sim.hardware import cluster  # noqa: E402 — after sys.path gains the checkout
 from simlab.sim.model import PRESETS  # noqa: E402 — after sys.path gains the checkout
@@ -31,6 +32,7 @@ def main(argv=None) -> int:
     model, c = PRESETS["megatron-1t"], cluster(gpus=3072)
     seconds, result = [], None
     for _ in range(args.repeats):
+        advisor._EVALUATED.clear()  # each repeat a cold question: the advisor keeps the last few answers
         start = time.perf_counter()
         result = search(model, c, global_batch=3072)
         seconds.append(time.perf_counter() - start)

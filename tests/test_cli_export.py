@@ -106,3 +106,21 @@ def test_the_search_for_a_framework_keeps_the_bucket_given():
     assert found["best"]["config"]["bucket"] == [50_000_000, 500_000_000]
     assert found["text"] == emit("deepspeed", model, c, 32, found["plan"])
     assert json.loads(found["text"])["zero_optimization"]["stage3_prefetch_bucket_size"] == 50_000_000
+
+
+def test_lesson_7_knobs_reach_the_exported_file_and_a_framework_that_cannot_say_them_refuses(capsys, rejected):
+    """--cp, --cp-comm, --ep and --capacity reach Megatron's flags as `simlab.export` writes them; torchtitan has
+    no Ulysses and refuses in one line naming the knob."""
+    argv = ["plan", "--model", "llama3-8b", "--seq", "32768", "--gpus", "8", "--gpu", "h100-80gb", "--global-batch",
+            "8", "--tp", "2", "--pp", "1", "--dp", "1", "--cp", "4", "--cp-comm", "ulysses", "--zero", "1"]
+    assert main([*argv, "--emit", "megatron"]) == 0
+    out, _err = capsys.readouterr()
+    plan = Plan(tp=2, cp=4, zero=1, cp_comm="ulysses")
+    model = PRESETS["llama3-8b"].with_(seq=32768)
+    assert out == emit("megatron", model, cluster("h100-80gb", gpus=8), 8, plan) and "--cp-comm-type a2a" in out
+    rejected([*argv, "--emit", "torchtitan"], "--cp-comm='ulysses': torch's context parallelism")
+    moe = ["plan", "--model", "mixtral-8x7b", "--gpus", "64", "--gpu", "h100-80gb", "--global-batch", "256",
+           "--tp", "1", "--pp", "2", "--dp", "32", "--ep", "8", "--zero", "1", "--capacity", "1.25", "--emit", "megatron"]
+    assert main(moe) == 0
+    out, _err = capsys.readouterr()
+    assert "--expert-model-parallel-size 8" in out and "--moe-expert-capacity-factor 1.25" in out

@@ -197,7 +197,7 @@ def test_the_search_explains_cp_in_words(capsys):
     (["--experts", "-1"], "--experts=-1"), (["--top-k", "3"], "--top-k=3"),
     (["--experts", "8", "--top-k", "9"], "--top-k=9"), (["--expert-ffn", "-5"], "--expert-ffn=-5"),
     (["--ep", "2", "--tp", "1", "--pp", "1", "--dp", "8"], "--ep=2: expert parallelism needs a mixture-of-experts"),
-    (["--cp", "3", "--tp", "1", "--pp", "1", "--dp", "8"], "--cp=3"),
+    (["--seq", "1000", "--cp", "8", "--tp", "1", "--pp", "1", "--dp", "1"], "--cp=8: the sequence --seq=1000"),
     (["--seq", "100", "--layers", "4"], "give --model or the shape, not both"),
 ])
 def test_bad_lesson_7_flags_are_one_line(extra, message, rejected):

@@ -55,7 +55,7 @@ def test_the_text_form_and_its_chinese():
 
 @pytest.mark.parametrize("argv, message", [
     (["step", "--model", "llama2-7b", "--microbatch", "0"], "--microbatch=0: must be between 1"),
-    (["step", "--model", "llama2-7b", "--seq", "100"], "give --model or the shape, not both"),
+    (["step", "--model", "llama2-7b", "--layers", "100"], "give --model or the shape, not both"),
     (["step", "--model", "llama2-7b", "--peak-tflops", "nan"], "--peak-tflops=nan"),
     (["step"], "give --model PRESET, or the whole shape"),
     (["step", "--model", "gpt3-175b", "--gpu-memory-gib", "1e300"], "overflow a float"),

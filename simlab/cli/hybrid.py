@@ -5,12 +5,14 @@ form of `simlab memory` (the most loaded GPU's bytes for any plan).
     simlab plan --model gpt3-175b --gpus 1024 --gpus-per-node 8 --gpu a100-80gb --global-batch 1536
     simlab plan --model megatron-1t --gpus 512 --global-batch 512 --tp 8 --pp 64 --dp 1 --recompute full
     simlab plan --model llama3-70b --gpus 64 --gpu h100-80gb --global-batch 128 --emit megatron --out train.sh
+    simlab plan --model llama3-8b --seq 131072 --gpus 8 --gpu h100-80gb --global-batch 8
+    simlab plan --model mixtral-8x7b --gpus 64 --gpu h100-80gb --global-batch 256 --tp 1 --pp 1 --dp 64 --ep 8
     simlab memory --model gpt3-175b --tp 8 --pp 8 --microbatch 1 --recompute selective --sequence-parallel
 """
 from __future__ import annotations
 
 from .. import _checks
-from ..sim.hybrid import check_plan
+from ..sim.hybrid import CP_COMMS, check_plan
 from .common import add_json
 from .hybrid_export import add_export_flags, check_export_flags, emit_plan, shows_report
 from .hybrid_flags import (
@@ -50,7 +52,7 @@ def cmd_plan(args) -> dict:
     fixed = {name: getattr(args, name) for name in KNOBS if getattr(args, name) is not None}  # 0 is a value
     if all(name in fixed for name in ("tp", "pp", "dp")):
         plan = plan_from(args, microbatch=1, chunks=1, schedule="1f1b", zero=0, offload=False,
-                         sequence_parallel=False, recompute="none", shard=0)
+                         sequence_parallel=False, recompute="none", shard=0, cp=1, ep=1)
         out = evaluate_plan(model, c, args.global_batch, plan)
         if shows_report(args):
             show_plan(out)
@@ -61,7 +63,8 @@ def cmd_plan(args) -> dict:
         raise ValueError(f"stage_layers={fixed['stage_layers']}: give it with --tp, --pp and --dp (one plan); "
                          "the search tries the even split and one layer fewer on the end stages")
     found = search(model, c, args.global_batch, precision=args.precision, attention=args.attention,
-                   overlap=args.overlap, bucket=bucket_from(args.bucket), **fixed)
+                   overlap=args.overlap, bucket=bucket_from(args.bucket), cp_comm=args.cp_comm,
+                   capacity=args.capacity, **fixed)
     out = {"best": found["best"], "candidates": found["candidates"], "rejected": found["rejected"],
            "explanation": found["explanation"], "ties": found["ties"], "notes": found["notes"],
            "plans_evaluated": found["plans"]}
@@ -80,7 +83,7 @@ def show_plan(out: dict) -> None:
               f"{'×' + str(c['chunks']) if c['chunks'] > 1 else ''}"
               f"{' stages ' + ','.join(map(str, c['stage_layers'])) if c['stage_layers'] else ''} zero {c['zero']}"
               f"{'/' + str(c['shard']) if c['shard'] else ''}{' +offload' if c['offload'] else ''}"
-              f"{' +SP' if c['sequence_parallel'] else ''} recompute {c['recompute']:<9} "
+              f"{' +SP' if c['sequence_parallel'] else ''}{_lesson7(c)} recompute {c['recompute']:<9} "
               f"{r['bytes_per_gpu']['total'] / 1e9:6.1f} GB {'fits' if r['fits'] else 'DOES NOT FIT'}  "
               f"{r['step_seconds']:.3g} s/step  {r['tokens_per_second']:.3g} tokens/s  MFU {r['mfu']:.0%}")
     if "config" in out:
@@ -92,6 +95,13 @@ def show_plan(out: dict) -> None:
         print(line)
     for reason, n in out.get("rejected", {}).items():
         print(f"rejected {n}: {reason}")
+
+
+def _lesson7(config: dict) -> str:
+    """A plan's context and expert parallelism, where it has them: " cp 4 (ring)", " ep 8 capacity 1.25"."""
+    cp = f" cp {config['cp']} ({config['cp_comm']})" if config.get("cp", 1) > 1 else ""
+    ep = f" ep {config['ep']}" if config.get("ep", 1) > 1 else ""
+    return cp + ep + (f" capacity {config['capacity']:g}" if config.get("capacity") else "")
 
 
 def add_commands(sub, run) -> None:
@@ -108,8 +118,8 @@ def add_commands(sub, run) -> None:
 
 
 def cmd_run_hybrid(args) -> dict:
-    """`simlab run hybrid`: TP × DP × PP (+ ZeRO-1) on real processes vs one process, bytes and memory vs the
-    model, the step time vs its prediction. The run is described and checked once (`sim.hybrid_run`); this
+    """`simlab run hybrid`: TP × DP × PP (+ ZeRO-1; × CP with --cp) on real processes vs one process, bytes and
+    memory vs the model, the step time vs its prediction. The run is described and checked once (`sim.hybrid_run`); this
     command adds only what a command line needs: torchrun's world size, a ceiling on steps, a writable
     --trace, room in this machine's memory, a warning when the processes outnumber the cores."""
     import os
@@ -121,7 +131,8 @@ def cmd_run_hybrid(args) -> dict:
     if args.world_size is None:  # torchrun's; else the grid fixes it (no default of 4 here)
         args.world_size = torchrun_world_size(default=None)
     _checks.check_int("steps", args.steps, 1, MAX_STEPS)
-    spec = HybridRun.build(tp=args.tp, dp=args.dp, pp=args.pp, zero=args.zero, schedule=args.schedule,
+    spec = HybridRun.build(tp=args.tp, dp=args.dp, pp=args.pp, cp=args.cp, cp_comm=args.cp_comm, zero=args.zero,
+                           schedule=args.schedule,
                            chunks=args.chunks, microbatches=args.microbatches, layers=args.layers,
                            hidden=args.hidden, heads=args.heads, steps=args.steps, seed=args.seed,
                            world_size=args.world_size, backend=args.backend, timeout=args.timeout)
@@ -144,9 +155,13 @@ def cmd_run_hybrid(args) -> dict:
 def add_run_hybrid(run) -> None:
     from .common import add_run_flags
     p = run.add_parser("hybrid", aliases=["3d"],  # "3d": the target's first name, kept for the commands in print
-                       help="TP × DP × PP (+ ZeRO-1) on real processes: a small GPT vs one process")
+                       help="TP × DP × PP (+ ZeRO-1, × CP) on real processes: a small GPT vs one process")
     for name in ("tp", "dp", "pp"):  # Megatron's order
         p.add_argument(f"--{name}", type=int, default=1, help=f"{name} size (default 1)")
+    p.add_argument("--cp", type=int, default=1, help="context-parallel size: each sequence split over cp ranks "
+                   "(lesson 7; default 1)")
+    p.add_argument("--cp-comm", choices=CP_COMMS, default="ring", help="how the CP ranks exchange keys and values "
+                   "(default ring)")
     p.add_argument("--zero", type=int, default=0, help="0 or 1: ZeRO-1 shards Adam's state over the DP group")
     p.add_argument("--schedule", choices=("1f1b", "interleaved"), default="1f1b", help="pipeline schedule")
     p.add_argument("--chunks", type=int, default=None, help="interleaved: chunks per rank (default 2)")

@@ -82,7 +82,8 @@ def emit_plan(args, model, c, out: dict, fixed: dict, bucket: tuple = ()) -> dic
         text = emit(args.emit, model, c, args.global_batch, plan)
     else:
         found = best_expressible(args.emit, model, c, args.global_batch, precision=args.precision,
-                                 attention=args.attention, bucket=bucket, **fixed)
+                                 attention=args.attention, bucket=bucket, cp_comm=args.cp_comm,
+                                 capacity=args.capacity, **fixed)
         row = found["best"]
         if row is None:
             why = found["overall_refused"] or "no plan fits"

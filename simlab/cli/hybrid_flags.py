@@ -6,6 +6,8 @@ preset, any of its numbers changed, or a small JSON file of them).
     simlab plan --layers 32 --hidden 4096 --heads 32 --kv-heads 8 --gated --untied --ffn 14336 --seq 8192 \\
         --vocab 128256 --gpus 8 --gpu-memory-gib 94 --peak-tflops 900 --hbm-gbs 2400 --global-batch 16
     simlab plan --model gpt3-175b --hardware my_cluster.json --gpus 256 --global-batch 512
+    simlab plan --model llama3-8b --seq 131072 --gpus 8 --gpu h100-80gb --global-batch 8 --cp-comm all-gather-kv
+    simlab plan --model mixtral-8x7b --gpus 64 --gpu h100-80gb --global-batch 256 --ep 8 --capacity 1.25
 """
 from __future__ import annotations
 
@@ -15,13 +17,14 @@ import math
 from pathlib import Path
 
 from .. import _checks
-from ..sim.hybrid import ATTENTION, PRECISIONS, RECOMPUTE, SCHEDULES, Plan, check_overlap
+from ..sim.hybrid import ATTENTION, CP_COMMS, PRECISIONS, RECOMPUTE, SCHEDULES, Plan, check_overlap
 from .hybrid_export import add_import_flags
 
 SHAPE = ("layers", "hidden", "heads", "seq", "vocab")
 KNOBS = ("microbatch", "tp", "pp", "dp", "chunks", "schedule", "zero", "offload", "sequence_parallel", "recompute",
-         "shard", "stage_layers")
-SETTINGS = ("attention", "overlap")  # the framework's: given to the search, not searched
+         "shard", "stage_layers", "cp", "ep")
+SETTINGS = ("attention", "overlap", "cp_comm", "capacity")  # the framework's: given to the search, not searched
+EXPERTS = ("experts", "top_k", "expert_ffn")  # a mixture of experts' shape (lesson 7)
 # --flag: (GPU or Cluster field, how a flag's value becomes the field's)
 MACHINE = {"gpu_memory_gib": ("memory", lambda v: v * 2**30), "peak_tflops": ("peak_flops", lambda v: v * 1e12),
            "peak_tflops_fp8": ("peak_flops_fp8", lambda v: v * 1e12), "hbm_gbs": ("hbm_bandwidth", lambda v: v * 1e9),
@@ -43,7 +46,8 @@ def add_shape_flags(p) -> None:
                                                  "bloom-176b, mpt-7b|70b, … megatron-1.7b-2021 … megatron-1008b-2021")
     add_import_flags(p)
     for name in SHAPE:
-        p.add_argument(f"--{name}", type=int, default=None, help=f"model shape: {name} (instead of --model)")
+        p.add_argument(f"--{name}", type=int, default=None, help=f"model shape: {name} (instead of --model)" if
+                       name != "seq" else "model shape: seq (with --model: the training length)")
     p.add_argument("--ffn", type=int, default=None, help="MLP inner width (default 4 × hidden)")
     p.add_argument("--kv-heads", type=int, default=None, help="K/V heads (grouped-query attention; default: heads)")
     p.add_argument("--gated", action=argparse.BooleanOptionalAction, default=None, help="SwiGLU MLP (3 matrices)")
@@ -53,6 +57,9 @@ def add_shape_flags(p) -> None:
                    "(--no-biases: RMSNorm, Llama's)")
     p.add_argument("--positions", choices=("learned", "rotary"), default=None, help="a learned position table, "
                    "or rotary (no parameters)")
+    p.add_argument("--experts", type=int, default=None, help="a mixture of experts: MLPs per layer (0: dense)")
+    p.add_argument("--top-k", type=int, default=None, help="experts each token is routed to (default 1)")
+    p.add_argument("--expert-ffn", type=int, default=None, help="an expert's MLP inner width (default --ffn)")
 
 
 def add_plan_flags(p, plan_defaults: bool) -> None:
@@ -65,6 +72,12 @@ def add_plan_flags(p, plan_defaults: bool) -> None:
     p.add_argument("--recompute", choices=RECOMPUTE, default=free("none"), help="activation recomputation")
     p.add_argument("--sequence-parallel", action="store_true", default=free(False), help="TP + sequence parallel")
     p.add_argument("--shard", type=int, default=free(0), help="ZeRO's shard group (HSDP); default: the DP group")
+    p.add_argument("--cp", type=int, default=free(1), help="context-parallel size: the sequence split over cp GPUs")
+    p.add_argument("--ep", type=int, default=free(1), help="expert-parallel size, carved out of DP (needs --experts)")
+    p.add_argument("--cp-comm", choices=CP_COMMS, default="ring",
+                   help="how CP exchanges K,V: ring (Megatron's p2p), all-gather-kv (Llama 3's), ulysses (all-to-all)")
+    p.add_argument("--capacity", type=float, default=0.0,
+                   help="experts' capacity factor: each takes at most capacity·k·tokens/E tokens (default 0: dropless)")
     p.add_argument("--stage-layers", default=None, help="layers per pipeline stage, e.g. 7,8,8,7 (default even)")
     p.add_argument("--attention", choices=ATTENTION, default="flash", help="attention kernel (default flash)")
     p.add_argument("--overlap", default="dp,params",
@@ -75,23 +88,26 @@ def add_plan_flags(p, plan_defaults: bool) -> None:
 
 
 def model_from(args):
-    """The preset named by --model, the model of --model-config or --from-megatron-args, or the shape given by
-    --layers … --vocab (all five); with the knobs given."""
+    """The preset named by --model (at --seq if given), the model of --model-config or --from-megatron-args, or the
+    shape given by --layers … --vocab (all five); with the knobs given (a mixture of experts' among them)."""
     from ..sim.model import Transformer, preset
     from .hybrid_export import imported_model
     given = {name: getattr(args, name) for name in SHAPE if getattr(args, name) is not None}
     imported = imported_model(args, given)
     knobs = {"ffn": args.ffn, "kv_heads": args.kv_heads, "gated": args.gated, "dropout": args.dropout,
              "tied": False if args.untied else None, "biases": args.biases,
-             "learned_positions": None if args.positions is None else args.positions == "learned"}
+             "learned_positions": None if args.positions is None else args.positions == "learned",
+             **{name: getattr(args, name, None) for name in EXPERTS}}
     knobs = {k: v for k, v in knobs.items() if v is not None}
     if imported is not None:
         return imported.with_(**knobs) if knobs else imported
     if args.model is not None:
-        if given:
-            raise ValueError(f"{next(iter(given))}={next(iter(given.values()))}: give --model or the shape, not both")
+        shape = {k: v for k, v in given.items() if k != "seq"}  # --seq: the training length, as with --model-config
+        if shape:
+            raise ValueError(f"{next(iter(shape))}={next(iter(shape.values()))}: give --model or the shape, not both")
         model = preset(args.model)
-        return model.with_(**knobs) if knobs else model
+        changes = knobs | ({"seq": given["seq"]} if "seq" in given else {})
+        return model.with_(**changes) if changes else model
     missing = [f"--{name}" for name in SHAPE if name not in given]
     if missing:
         raise ValueError(f"model=None: give --model PRESET, or the whole shape (missing {', '.join(missing)})")
@@ -124,7 +140,8 @@ def plan_from(args, **defaults) -> Plan:
     values = {k: (defaults[k] if v is None and k in defaults else v) for k, v in values.items()}
     check_overlap(args.overlap)
     return Plan(**values, stage_layers=stage_layers_from(args.stage_layers), precision=args.precision,
-                attention=args.attention, overlap=args.overlap, bucket=bucket_from(args.bucket))
+                attention=args.attention, overlap=args.overlap, bucket=bucket_from(args.bucket), cp_comm=args.cp_comm,
+                capacity=args.capacity)
 
 
 def add_precision_flag(p) -> None:

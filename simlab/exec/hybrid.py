@@ -11,9 +11,17 @@ TP, DP and PP group (Megatron's grid: TP fastest, then DP, then PP), and every e
   `PipelineRank` and the lesson's action lists (1F1B, interleaved), sending (b, s, h) activations;
 - DP (lessons 2–3): after the pipeline flushes, the gradients are averaged over the DP group — one ring
   all-reduce of the flat gradients, or ZeRO-1: reduce-scatter, Adam on this rank's shard only, all-gather.
+- CP (lesson 7): with a `ContextShard`, each rank holds the zig-zag positions of its CP coordinate
+  (`sim.context_parallel.positions`), the embedding looks those positions up, and each block's attention runs
+  over the CP group (`ContextParallelSelfAttention`: ring attention, or `cp_comm`'s other variants) on the TP
+  rank's heads, causal. Each rank's loss is the mean over its own tokens; every rank holds as many, so the
+  mean of those means over the dp-cp group is the batch's mean, and reducing gradients over dp-cp (Megatron's
+  data-parallel group with context parallelism) gives its gradient.
 `simlab.sim.hybrid_traffic` predicts every byte each group carries; `simlab.parity.hybrid` checks it.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -24,6 +32,7 @@ from ..sim.hybrid_traffic import chunks_of, layers_per_chunk
 from ..sim.model import Transformer
 from ..trace import Recorder
 from .collectives import ring_all_reduce
+from .context_parallel import context_parallel_attention
 from .models import GPT, make_gpt
 from .tensor_parallel import ColumnParallelLinear, CommStats, ParallelMLP, ParallelSelfAttention, ReduceFromTP
 from .zero import adam_update
@@ -51,20 +60,22 @@ def _copy(module: nn.Module, device) -> nn.Module:
 
 class VocabParallelEmbedding(nn.Module):
     """Rank r keeps rows [r·V/t, (r+1)·V/t) of the token table: it embeds the tokens it owns, zeros for the
-    rest, and g's all-reduce sums the ranks' parts into every token's embedding. Positions are replicated."""
+    rest, and g's all-reduce sums the ranks' parts into every token's embedding. Positions are replicated;
+    `positions` (s/cp,): the ones this CP rank's tokens sit at (None: 0, 1, … as many as there are tokens)."""
 
-    def __init__(self, gpt: GPT, stats: CommStats, device=None):
+    def __init__(self, gpt: GPT, stats: CommStats, device=None, positions: torch.Tensor | None = None):
         super().__init__()
-        rows, self.stats = _vocab_rows(gpt.tok.num_embeddings, stats), stats
+        rows, self.stats, self.positions = _vocab_rows(gpt.tok.num_embeddings, stats), stats, positions
         self.start = rows.start
         self.weight = nn.Parameter(gpt.tok.weight[rows].detach().to(device, copy=True))  # (V/t, h)
         self.pos = nn.Parameter(gpt.pos.weight.detach().to(device, copy=True))  # (s, h)
 
-    def forward(self, tokens):  # (b, s) int64
+    def forward(self, tokens):  # (b, s/cp) int64 (cp = 1: the whole sequence)
         local = tokens - self.start
         outside = (local < 0) | (local >= self.weight.shape[0])
         part = F.embedding(local.masked_fill(outside, 0), self.weight).masked_fill(outside.unsqueeze(-1), 0)
-        return ReduceFromTP.apply(part, self.stats) + self.pos[:tokens.shape[1]]  # (b, s, h)
+        pos = self.pos[:tokens.shape[1]] if self.positions is None else self.pos[self.positions]  # (s/cp, h)
+        return ReduceFromTP.apply(part, self.stats) + pos  # (b, s/cp, h)
 
 
 def _reduce(x: torch.Tensor, stats: CommStats, op) -> torch.Tensor:
@@ -100,14 +111,46 @@ class VocabParallelCrossEntropy(torch.autograd.Function):
         return out * grad / local.numel(), None, None, None
 
 
+@dataclass(frozen=True)
+class ContextShard:
+    """This rank's part of the sequence under context parallelism: the `positions` (s/cp,) its tokens sit at, the CP
+    `group` attention runs over, how K,V travel (`variant`, one of `sim.context_parallel_costs.VARIANTS`), and the
+    Recorder its sends are counted in (`rec.bytes_sent`: the "cp" group's bytes)."""
+
+    positions: torch.Tensor
+    group: object
+    variant: str
+    rec: Recorder
+
+
+class ContextParallelSelfAttention(ParallelSelfAttention):
+    """TP's head split (lesson 5), with the sequence split over the CP group too: this rank's queries, keys and
+    values for its heads (a/t of them) and its tokens (s/cp) meet every key of the sequence through
+    `exec.context_parallel.context_parallel_attention`, causal, in the zig-zag layout the positions follow."""
+
+    context: ContextShard
+
+    def forward(self, x):  # (b, s/cp, h): this CP rank's tokens
+        b, n, _ = x.shape
+        q, k, v = (z.reshape(b, n, -1, self.head_dim).transpose(1, 2)  # (b, a/t, s/cp, h/a) each
+                   for z in self.qkv(x).chunk(3, dim=-1))
+        c = self.context
+        out = context_parallel_attention(q, k, v, variant=c.variant, group=c.group, recorder=c.rec)  # as q
+        return self.wo(out.transpose(1, 2).reshape(b, n, -1))  # (b, s/cp, h/t) → (b, s/cp, h)
+
+
 class ParallelBlock(nn.Module):
-    def __init__(self, block: nn.Module, stats: CommStats, device=None):
+    def __init__(self, block: nn.Module, stats: CommStats, device=None, context: ContextShard | None = None):
         super().__init__()
         self.ln1, self.ln2 = _copy(block.ln1, device), _copy(block.ln2, device)
-        self.attn = ParallelSelfAttention.from_full(block.attn, stats=stats, device=device)
+        if context is None:
+            self.attn = ParallelSelfAttention.from_full(block.attn, stats=stats, device=device)
+        else:  # the same TP split, attention over the CP group
+            self.attn = ContextParallelSelfAttention.from_full(block.attn, stats=stats, device=device)
+            self.attn.context = context
         self.mlp = ParallelMLP.from_full(block.mlp, stats=stats, device=device)
 
-    def forward(self, x):  # (b, s, h)
+    def forward(self, x):  # (b, s/cp, h)
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
@@ -124,14 +167,17 @@ class ParallelHead(nn.Module):
         return self.proj(self.ln(x))
 
 
-def make_chunks(gpt: GPT, plan, pp_rank: int, stats: CommStats, device=None) -> dict[int, nn.Module]:
+def make_chunks(gpt: GPT, plan, pp_rank: int, stats: CommStats, device=None,
+                context: ContextShard | None = None) -> dict[int, nn.Module]:
     """{chunk index: module} this pipeline rank runs under `plan` (`sim.hybrid.Plan`); chunk c holds layers
-    [c·L/S, (c+1)·L/S) of S = p·v, chunk 0 the embedding too and chunk S − 1 the output layer."""
+    [c·L/S, (c+1)·L/S) of S = p·v, chunk 0 the embedding too and chunk S − 1 the output layer. `context`:
+    this rank's part of the sequence when plan.cp > 1 (None: the whole sequence)."""
     per, last = layers_per_chunk(len(gpt.blocks), plan), plan.pp * plan.chunks - 1
+    positions = None if context is None else context.positions
     out = {}
     for c in chunks_of(plan, pp_rank):
-        parts = [VocabParallelEmbedding(gpt, stats, device)] if c == 0 else []
-        parts += [ParallelBlock(b, stats, device) for b in gpt.blocks[c * per:(c + 1) * per]]
+        parts = [VocabParallelEmbedding(gpt, stats, device, positions)] if c == 0 else []
+        parts += [ParallelBlock(b, stats, device, context) for b in gpt.blocks[c * per:(c + 1) * per]]
         out[c] = nn.Sequential(*parts, *([ParallelHead(gpt, stats, device)] if c == last else []))
     return out
 

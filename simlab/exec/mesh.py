@@ -27,20 +27,25 @@ def _check_world(mesh: Mesh, caller: str) -> None:
         raise ValueError(f"world_size={world_size}: {mesh!r} needs {mesh.world_size} ranks")
 
 
-def new_groups(mesh: Mesh, backend: str | None = None) -> dict[str, dist.ProcessGroup]:
+def new_groups(mesh: Mesh, backend: str | None = None, joint: tuple = ()) -> dict[str, dist.ProcessGroup]:
     """Call on every rank: create all of `mesh`'s groups; return this rank's group per dimension.
 
     `backend` None means the default group's backend. Returns {"tp": ..., "cp": ..., "ep": ..., "dp": ...,
     "pp": ...}, one entry per name in mesh.DIMS; a dimension of size 1 gives each rank a group of itself.
+    `joint` names groups over several dimensions (`Mesh.joint_groups`, e.g. "dp-cp": where gradients are
+    reduced under context parallelism), created after the others and returned under their names.
     Raises ValueError when the default group's size is not mesh.world_size, before creating anything.
     """
     _check_world(mesh, "new_groups")
+    if not isinstance(joint, tuple):
+        raise ValueError(f"joint={joint!r}: must be a tuple of names such as 'dp-cp'")
+    layout = [(dim, mesh.groups(dim)) for dim in mesh.DIMS] + [(name, mesh.joint_groups(name)) for name in joint]
     rank, mine = dist.get_rank(), {}
-    for dim in mesh.DIMS:  # one fixed order on every rank: the grid's own, fastest first
-        for ranks in mesh.groups(dim):
+    for name, groups in layout:  # one fixed order on every rank: the grid's own, fastest first, then `joint`
+        for ranks in groups:
             group = dist.new_group(list(ranks), backend=backend)  # collective: all ranks, same order
             if rank in ranks:  # non-members get a placeholder they must never use
-                mine[dim] = group
+                mine[name] = group
     return mine
 
 

@@ -30,6 +30,7 @@ import json
 
 from ..i18n import _
 from ..sim.hybrid import microbatches
+from . import context_and_experts
 from .common import Setting, refuse, sixteen_bit, start
 from .common import explain as explain_settings
 
@@ -202,7 +203,9 @@ def settings(model, cluster, global_batch: int, plan) -> list[Setting]:
     launcher's. A one-line ValueError where DeepSpeed cannot say the plan."""
     start(model, cluster, global_batch, plan)
     _refusals(cluster, plan)
-    return _batch(plan, global_batch) + _zero(plan) + _compute(model, cluster, plan) + _outside(model, cluster, plan)
+    lesson7 = context_and_experts.deepspeed(model, plan)  # the model code's part, or a refusal
+    return _batch(plan, global_batch) + _zero(plan) + _compute(model, cluster, plan) + lesson7 + _outside(
+        model, cluster, plan)
 
 
 def config(model, cluster, global_batch: int, plan) -> dict:

@@ -21,7 +21,8 @@ OVERLAP_SETTINGS = ("dp,params", "dp", "params", "none")  # what a framework may
 
 
 def best_expressible(target: str, model, cluster, global_batch: int, precision: str = "mixed",
-                     attention: str = "flash", bucket: tuple = (), scan: int = 400, **fixed) -> dict:
+                     attention: str = "flash", bucket: tuple = (), scan: int = 400, cp_comm: str = "ring",
+                     capacity: float = 0.0, **fixed) -> dict:
     """The fastest fitting plan `target` accepts, among the `scan` fastest of each overlap setting.
 
     Returns "best" (the advisor's row for it, or None), "plan" (its `Plan`), "text" (the framework's file for
@@ -46,7 +47,7 @@ def best_expressible(target: str, model, cluster, global_batch: int, precision: 
     overall, best, text, tried = None, None, None, 0
     for overlap in OVERLAP_SETTINGS:
         found = search(model, cluster, global_batch, precision=precision, top=scan, attention=attention,
-                       overlap=overlap, bucket=bucket, **fixed)
+                       overlap=overlap, bucket=bucket, cp_comm=cp_comm, capacity=capacity, **fixed)
         for row in found["candidates"]:
             if overall is None or row["step_seconds"] < overall["step_seconds"]:
                 overall = row
@@ -67,7 +68,10 @@ def best_expressible(target: str, model, cluster, global_batch: int, precision: 
 
 def _plan_words(config: dict) -> str:
     """'tp 8 × pp 16 × dp 8, ZeRO-1, 1f1b, micro-batch 1, overlap none': the knobs a framework's refusal is about."""
-    return (f"tp {config['tp']} × pp {config['pp']} × dp {config['dp']}, ZeRO-{config['zero']}, {config['schedule']}"
+    cp = f" × cp {config['cp']} ({config['cp_comm']})" if config.get("cp", 1) > 1 else ""
+    ep = f", ep {config['ep']}" if config.get("ep", 1) > 1 else ""
+    return (f"tp {config['tp']}{cp} × pp {config['pp']} × dp {config['dp']}{ep}, ZeRO-{config['zero']}, "
+            f"{config['schedule']}"
             + (f"×{config['chunks']}" if config["chunks"] > 1 else "") + ", " + _("micro-batch {b}").format(
                 b=config["microbatch"]) + ", " + _("overlap {what}").format(what=config["overlap"]))
 

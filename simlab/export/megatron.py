@@ -3,10 +3,11 @@ every node, each flag commented with what it does and the lesson that taught it.
 
 Teaches that lesson 6's knobs are the flags NVIDIA's own scripts pass: tp, pp and the schedule become
 --tensor/--pipeline-model-parallel-size and virtual stages; dp is not a flag at all (Megatron derives it,
-dp = world size / (tp·pp)); ZeRO-1 is the distributed optimizer, ZeRO-2/3 Megatron-FSDP's sharding strategies,
+dp = world size / (tp·cp·pp)); ZeRO-1 is the distributed optimizer, ZeRO-2/3 Megatron-FSDP's sharding strategies,
 HSDP several distributed-optimizer instances; overlap, recomputation, precision and the attention kernel each
-have their switch. What Megatron cannot say is refused in one line: ZeRO-Offload (its optimizer offload keeps
-the gradients on the GPU), the GPipe schedule, overlaps it only runs together, a model part it has no flag for.
+have their switch; lesson 7's context parallelism and experts are `context_and_experts.megatron`'s. What Megatron
+cannot say is refused in one line: ZeRO-Offload (its optimizer offload keeps the gradients on the GPU), the GPipe
+schedule, overlaps it only runs together, a model part it has no flag for.
 
 Flag names: NVIDIA/Megatron-LM at tag core_v0.16.1 (55ac708), the release of the megatron-core package the tests
 build their configs with. megatron/training/arguments.py writes some flags by hand (--micro-batch-size,
@@ -27,6 +28,7 @@ import shlex
 
 from ..i18n import _
 from ..sim.hybrid import microbatches
+from . import context_and_experts
 from .common import Setting, comment, refuse, sixteen_bit, stage_counts, start
 
 SCRIPT = "pretrain_gpt.py"
@@ -219,8 +221,10 @@ def _launch(cluster, plan) -> list[Setting]:
     elif plan.zero >= 2:
         s.append(Setting("CUDA_DEVICE_MAX_CONNECTIONS", None, _("Megatron-FSDP overlaps on several queues "
                                                                 "(validate_args asserts it is not 1)"), 3, "env"))
-    world = _("{nodes} nodes × {per} GPUs = world size {world}; Megatron takes dp = world / (tp·pp) = {dp}").format(
-        nodes=nodes, per=per_node, world=nodes * per_node, dp=plan.dp)
+    world = (_("{nodes} nodes × {per} GPUs = world size {world}; Megatron takes dp = world / (tp·pp) = {dp}")
+             if plan.cp == 1 else _("{nodes} nodes × {per} GPUs = world size {world}; Megatron takes dp = world / "
+                                    "(tp·cp·pp) = {dp}")).format(nodes=nodes, per=per_node, world=nodes * per_node,
+                                                                 dp=plan.dp)
     s += [Setting("--nnodes", nodes, world, 1, "launcher"),
           Setting("--nproc-per-node", per_node, _("one process per GPU"), 1, "launcher")]
     if nodes == 1:
@@ -237,7 +241,8 @@ def settings(model, cluster, global_batch: int, plan) -> list[Setting]:
     cannot say the plan."""
     start(model, cluster, global_batch, plan)
     _refusals(model, plan)
-    return (_launch(cluster, plan) + _layout(model, plan) + _data_parallel(plan, global_batch)
+    lesson7 = context_and_experts.megatron(model, plan)  # context parallelism and the experts, or a refusal
+    return (_launch(cluster, plan) + _layout(model, plan) + lesson7 + _data_parallel(plan, global_batch)
             + _compute(cluster, plan) + _model(model))
 
 

@@ -29,6 +29,7 @@ import re
 
 from ..i18n import _
 from ..sim.hybrid import microbatches
+from . import context_and_experts
 from .common import Setting, comment, refuse, stage_counts, start
 from .torchtitan_flavor import check_llama3, custom_flavor, flavor, hf_assets
 
@@ -207,8 +208,8 @@ def settings(model, cluster, global_batch: int, plan) -> list[Setting]:
     command line spells them (--section.field). A one-line ValueError where torchtitan cannot say the plan."""
     _refusals(model, cluster, plan)
     start(model, cluster, global_batch, plan)
-    return (_launch(cluster, module_name(model)) + _model(model, plan, global_batch)
-            + _data_parallel(plan) + _model_parallel(model, plan) + _compute(plan))
+    return (_launch(cluster, module_name(model)) + _model(model, plan, global_batch) + _data_parallel(plan)
+            + _model_parallel(model, plan) + context_and_experts.torchtitan(model, plan) + _compute(plan))
 
 
 def command(model, cluster, global_batch: int, plan) -> str:
@@ -247,6 +248,8 @@ def emit(model, cluster, global_batch: int, plan) -> str:
              if s.where == "launcher"]
     text = '"""' + "\n".join(head) + '\n"""\n' + HEAD
     text += "from torchtitan.components.quantization import Float8LinearConverter\n" * (plan.precision == "fp8")
+    rotate = field.get("set_rotate_method")  # torch's CP exchange, chosen in every process before training starts
+    text += f"\n{context_and_experts.ROTATE}\n\n# {comment(rotate)}\nset_rotate_method({rotate.value!r})\n" if rotate else ""
     text += "\n\n" + ("" if tuned else custom_flavor(model, name))
     sections = []
     for section, cls in (("training", "TrainingConfig"), ("parallelism", "ParallelismConfig"),

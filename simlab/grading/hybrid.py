@@ -87,6 +87,9 @@ CONCEPTS = {
     "tp_comm": N_("TP's all-reduces, 4 per layer per micro-batch: they need NVLink, inside a node, and grow with the "
                   "TP size"),
     "pp_p2p": N_("the pipeline's hand-overs, one activation per stage boundary per micro-batch"),
+    "cp_comm": N_("context parallelism's K,V exchange, every layer: does it hide under attention, and which link does "
+                  "its group cross?"),
+    "ep_comm": N_("the experts' all-to-alls, four per MoE layer: which link does the EP group cross?"),
     "pp_bubble": N_("the pipeline's bubble, about (pp-1)/m of the step: fewer stages or more micro-batches"),
     "dp_comm": N_("DP's traffic: does its group cross the network, and does it talk once per step (ZeRO-0/1) or "
                   "every micro-batch (ZeRO-2/3)?"),

@@ -10,8 +10,9 @@ router's over the dense group. Compared with one process running the unsplit `Mo
 gradient and every expert's, dropped tokens included. The plan is built by the simulator from the logits
 the ranks' routers produced (`sim.expert_parallel.route`, then `dispatch_plan` per ep group): the torch
 routing must pick the same experts and drop the same choices, every rank's bytes must equal the plan's, and
-the real trace the plan's trace (timing aside). The run is repeated with torch's `all_to_all_single_autograd`
-in place of our AllToAll: `max_abs_diff_vs_torch`.
+the real trace the plan's trace (timing aside); `bytes_sent_by_group` is what the ranks recorded, group by group,
+set beside `plan_bytes_by_group`, and `groups` the ep, expert-dp and dense-dp groups the ranks ran on. The run
+is repeated with torch's `all_to_all_single_autograd` in place of our AllToAll: `max_abs_diff_vs_torch`.
 """
 from __future__ import annotations
 
@@ -79,6 +80,16 @@ def ep_worker(rank: int, world_size: int, dp: int, experts: int, top_k: int, cap
             "bytes_sent": sum(e.nbytes for e in rec.events if e.kind in ("send", "comm"))}
 
 
+def sent_by_group(events) -> dict[str, int]:
+    """What one rank sent, by group, as it recorded it: its all-to-all transfers ("send" events, in its ep group)
+    and each gradient all-reduce ("comm" events, named after theirs: expert or dense)."""
+    out = {"all-to-all": 0, "expert all-reduce": 0, "dense all-reduce": 0}
+    for e in events:
+        if e.kind in ("send", "comm"):
+            out["all-to-all" if e.kind == "send" else e.name] += e.nbytes
+    return out
+
+
 def reference(moe, xs, gs) -> dict:
     """One process, the unsplit layer, each rank's tokens as its own group: outputs, dX, every gradient."""
     xs = xs.clone().requires_grad_(True)
@@ -118,6 +129,8 @@ def run_expert_parallel(*, world_size: int = 2, dp: int = 1, experts: int = 4, t
     layout = expert_data_parallel(mesh, experts, expert_params, moe.router.weight.numel())
     plans = [dispatch_plan([routings[r] for r in group], hidden, xs.element_size()) for group in layout.ep_groups]
     by_group = layout.step_bytes(plans)
+    sent = [sent_by_group(r["events"]) for r in ranks]
+    measured = {k: [s[k] for s in sent] for k in sent[0]} | {"total": [r["bytes_sent"] for r in ranks]}
     trace = merge(r["events"] for r in ranks)
     return result(
         world_size=world_size, backend=ranks[0]["backend"], trace=trace,
@@ -126,7 +139,8 @@ def run_expert_parallel(*, world_size: int = 2, dp: int = 1, experts: int = 4, t
                                                {k: b[k] for k in ("out", "x.grad", "grads")})
                                   for a, b in zip(ours, theirs)),
         ep=mesh.ep, dp=dp, experts=experts, top_k=top_k, capacity=routings[0].capacity,
-        plan_bytes_sent_per_rank=by_group["total"], plan_bytes_by_group=by_group,
+        plan_bytes_sent_per_rank=by_group["total"], plan_bytes_by_group=by_group, bytes_sent_by_group=measured,
+        groups={"ep": layout.ep_groups, "expert dp": layout.expert_groups, "dense dp": layout.dense_groups},
         send_counts=[[ours[r]["send_counts"] for r in group] for group in layout.ep_groups],
         plan_send_counts=[p.send_counts.tolist() for p in plans],
         routing_matches_simulator=same_routing, trace_matches_plan=trace.matches(layout.to_trace(plans)),

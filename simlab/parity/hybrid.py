@@ -1,11 +1,12 @@
-"""Lesson 6's parity: does 3-D parallelism (TP × DP × PP, + ZeRO-1) train exactly like one process, carry
-exactly the bytes the model predicts on each group, hold exactly the memory it predicts, and take the
-time it predicts?
+"""Lesson 6's parity: does 3-D parallelism (TP × DP × PP, + ZeRO-1; × CP, lesson 7) train exactly like one
+process, carry exactly the bytes the model predicts on each group, hold exactly the memory it predicts, and take
+the time it predicts?
 
 `run_hybrid(tp=2, dp=2, pp=2)` describes the run once (`simlab.sim.hybrid_run.HybridRun`: plan, model, batch,
 every check) and `run_spec(spec)` runs it: tp·dp·pp ranks of a small GPT (`simlab.exec.hybrid`) train a few
 Adam steps on a global batch, and the losses of every step and all parameters after the last are compared
-with one process training the whole model on the whole batch; bytes per rank on the TP, PP and DP groups
+with one process training the whole model on the whole batch; bytes per rank on the TP, PP and DP groups (and CP:
+`run_hybrid(tp=2, cp=2, dp=2, pp=1)` splits every sequence over the CP group, gradients reduced over dp-cp)
 with `simlab.sim.hybrid_traffic`; each rank's model states with lesson 3's memory model; the step time with
 `simlab.sim.hybrid_time` on the calibrated `cpu-this-machine` (or the GPUs' preset).
 
@@ -20,18 +21,19 @@ from dataclasses import replace
 import torch
 import torch.distributed as dist
 
-from ..exec.hybrid import DataParallelAdam, gpt_for, loss_for, make_chunks
+from ..exec.hybrid import ContextShard, DataParallelAdam, gpt_for, loss_for, make_chunks
 from ..exec.launch import device, launch
 from ..exec.mesh import new_groups
 from ..exec.models import gpt_loss, make_tokens
 from ..exec.pipeline import PipelineRank
 from ..exec.tensor_parallel import CommStats
+from ..sim.context_parallel import positions
 from ..sim.hybrid_run import HybridRun
 from ..sim.hybrid_time import pipeline_trace, step
 from ..sim.hybrid_traffic import bytes_per_rank, layers_per_chunk, rank_states
-from ..sim.mesh import KINDS
+from ..sim.mesh import DIMS, KINDS
 from ..sim.pipeline_schedules import make_schedule
-from ..trace import Trace
+from ..trace import Recorder, Trace
 from .common import check_run, max_abs_diff, reference_model, result
 
 EPS = 1e-5  # Adam's eps in both runs (`simlab.exec.hybrid.DataParallelAdam` says why)
@@ -59,22 +61,29 @@ def _full_names(chunks: dict, per: int) -> dict:
 
 def train_hybrid(rank, world_size, spec: HybridRun):
     """Worker: every plan of the run in turn (each a fresh model), `spec.steps` Adam steps each."""
-    model, mesh = spec.model, spec.mesh
-    groups, (pp_r, dp_r, tp_r) = new_groups(mesh), mesh.coords(rank)
+    model, mesh, cp = spec.model, spec.mesh, spec.plan.cp
+    groups = new_groups(mesh, joint=("dp-cp",) if cp > 1 else ())  # gradients go over dp-cp under CP
+    at = {d: mesh.index_of(d, rank) for d in DIMS}  # this rank's coordinate along every dimension
+    pp_r = at["pp"]
     x, y = (t.to(device()) for t in make_tokens(spec.global_batch, model.seq, model.vocab, spec.seed))
-    mine = slice(dp_r * spec.replica_batch, (dp_r + 1) * spec.replica_batch)  # this replica's sequences
+    mine = slice(at["dp"] * spec.replica_batch, (at["dp"] + 1) * spec.replica_batch)  # this replica's sequences
+    x, y = x[mine], y[mine]  # (B/d, s): this replica's sequences
+    if cp > 1:  # … and this CP rank's tokens of each, at the zig-zag positions of its coordinate
+        where = torch.as_tensor(positions(at["cp"], cp, model.seq), device=device())  # (s/cp,)
+        x, y = x[:, where], y[:, where]  # (B/d, s/cp)
     m = spec.microbatches
     out = []
     for plan in spec.plans:
         gpt = gpt_for(model, spec.seed)
         stats = CommStats(groups["tp"])
-        chunks = make_chunks(gpt, plan, pp_r, stats, device())
-        runner = PipelineRank(chunks, plan.pp * plan.chunks, x[mine].chunk(m), y[mine].chunk(m), groups["pp"],
-                              activation_shape=(plan.microbatch, model.seq, model.hidden),
+        context = ContextShard(where, groups["cp"], plan.cp_comm, Recorder(at["cp"])) if cp > 1 else None
+        chunks = make_chunks(gpt, plan, pp_r, stats, device(), context)
+        runner = PipelineRank(chunks, plan.pp * plan.chunks, x.chunk(m), y.chunk(m), groups["pp"],
+                              activation_shape=(plan.microbatch, model.seq // cp, model.hidden),
                               loss=loss_for(stats, model.vocab))
         actions = make_schedule(plan.schedule, plan.pp, m, plan.chunks)[pp_r]
         params = [p for c in sorted(chunks) for p in chunks[c].parameters()]
-        opt = DataParallelAdam(params, plan.zero, groups["dp"], spec.lr, eps=EPS)
+        opt = DataParallelAdam(params, plan.zero, groups.get("dp-cp", groups["dp"]), spec.lr, eps=EPS)
         losses, seconds, events = [], [], []
         for _ in range(spec.steps):
             for p in params:
@@ -86,37 +95,41 @@ def train_hybrid(rank, world_size, spec: HybridRun):
             seconds.append(time.perf_counter() - start)
             losses.append(sum(runner.losses.values()) if plan.pp * plan.chunks - 1 in chunks else None)
         sent = {"tp": stats.bytes_sent, "dp": opt.bytes_sent, "pp": runner.bytes_sent}
+        sent |= {"cp": context.rec.bytes_sent} if context else {}
         out.append({"losses": losses, "seconds": seconds, "events": events, "t0": runner.t0,
                     "memory": opt.memory(), "bytes": {k: v // spec.steps for k, v in sent.items()},
                     "params": _full_names(chunks, layers_per_chunk(model.layers, plan)),
-                    "coords": (pp_r, dp_r, tp_r), "backend": dist.get_backend()})
+                    "coords": at, "backend": dist.get_backend()})
     return out
 
 
 def _assemble(ranks: list[dict]) -> tuple[dict, float]:
-    """The whole model as each DP replica holds it (TP slices side by side, in TP rank order): replica 0's,
-    and how far the others are from it (DP must keep the replicas identical)."""
+    """The whole model as each replica holds it (TP slices side by side, in TP rank order; a replica is one
+    (dp, cp) coordinate: CP ranks hold the whole of their TP share too): replica (0, 0)'s, and how far the others
+    are from it (the reduction over dp-cp must keep them identical)."""
     pieces = {}
     for r in ranks:
+        at = r["coords"]
         for name, (t, d) in r["params"].items():
-            pieces.setdefault(r["coords"][1], {}).setdefault(name, []).append((r["coords"][2], t, d))
-    replicas = {dp_r: {name: parts[0][1] if parts[0][2] is None else torch.cat(
+            pieces.setdefault((at["dp"], at["cp"]), {}).setdefault(name, []).append((at["tp"], t, d))
+    replicas = {key: {name: parts[0][1] if parts[0][2] is None else torch.cat(
         [t for _, t, _ in sorted(parts, key=lambda p: p[0])], dim=parts[0][2]) for name, parts in named.items()}
-        for dp_r, named in pieces.items()}
-    drift = max((max_abs_diff(replicas[d], replicas[0]) for d in replicas if d), default=0.0)
-    return replicas[0], drift
+        for key, named in pieces.items()}
+    first = replicas[(0, 0)]
+    drift = max((max_abs_diff(replica, first) for key, replica in replicas.items() if key != (0, 0)), default=0.0)
+    return first, drift
 
 
-def run_hybrid(*, tp: int = 2, dp: int = 2, pp: int = 2, zero: int = 0, schedule: str = "1f1b",
-               chunks: int | None = None, microbatch: int = 2, microbatches: int | None = None,
+def run_hybrid(*, tp: int = 2, dp: int = 2, pp: int = 2, cp: int = 1, cp_comm: str = "ring", zero: int = 0,
+               schedule: str = "1f1b", chunks: int | None = None, microbatch: int = 2, microbatches: int | None = None,
                layers: int | None = None, hidden: int | None = None, heads: int | None = None, seq: int | None = None,
                steps: int = 3, seed: int = 0, lr: float = 1e-2, world_size: int | None = None, backend: str = "auto",
                timeout: float = 120.0, variants: tuple = ()) -> dict:
-    """One launch of tp·dp·pp ranks, from the knobs (`HybridRun.build` says what each defaults to and checks
+    """One launch of tp·cp·dp·pp ranks, from the knobs (`HybridRun.build` says what each defaults to and checks
     them all): `run_spec(HybridRun.build(...))`. `variants` (dicts of zero/schedule/chunks) train more plans in
     the same launch and come back under "variants"."""
-    return run_spec(HybridRun.build(tp=tp, dp=dp, pp=pp, zero=zero, schedule=schedule, chunks=chunks,
-                                    microbatch=microbatch, microbatches=microbatches, layers=layers, hidden=hidden,
+    return run_spec(HybridRun.build(tp=tp, dp=dp, pp=pp, cp=cp, cp_comm=cp_comm, zero=zero, schedule=schedule,
+                                    chunks=chunks, microbatch=microbatch, microbatches=microbatches, layers=layers, hidden=hidden,
                                     heads=heads, seq=seq, steps=steps, seed=seed, lr=lr, world_size=world_size,
                                     backend=backend, timeout=timeout, variants=variants))
 
@@ -147,7 +160,8 @@ def _result(spec: HybridRun, plan, ranks, ref_losses, ref_params) -> dict:
     whole, drift = _assemble(ranks)
     last = [r for r in ranks if r["losses"][0] is not None]
     losses = [sum(r["losses"][s] for r in last) / len(last) for s in range(len(ref_losses))]  # DP replicas' mean
-    measured = {kind: [r["bytes"][kind] for r in ranks] for kind in KINDS}
+    kinds = KINDS + (("cp",) if plan.cp > 1 else ())  # lesson 6's three groups, and CP's where it is split
+    measured = {kind: [r["bytes"][kind] for r in ranks] for kind in kinds}
     predicted = bytes_per_rank(model, plan, batch)
     timed = [max(r["seconds"][s] for r in ranks) for s in range(1, len(ref_losses))] or [ranks[0]["seconds"][0]]
     t0 = min(r["t0"] for r in ranks)
@@ -156,17 +170,18 @@ def _result(spec: HybridRun, plan, ranks, ref_losses, ref_params) -> dict:
         world_size=mesh.world_size, backend=backend,
         trace=Trace(replace(e, rank=i, start=e.start - t0, end=e.end - t0)  # the last step, global ranks
                     for i, r in enumerate(ranks) for e in r["events"][-1]),
-        bytes_sent_per_rank=[sum(measured[k][i] for k in KINDS) for i in range(mesh.world_size)],
+        bytes_sent_per_rank=[sum(measured[k][i] for k in kinds) for i in range(mesh.world_size)],
         max_abs_diff_vs_reference=max([abs(a - b) for a, b in zip(losses, ref_losses)]
                                       + [max_abs_diff(whole, ref_params), drift]),
         max_abs_diff_vs_torch=None, why_no_torch="torch has no one-call 3-D trainer to set beside it; each "
         "dimension is compared with torch's own in lessons 2-5",
         config=plan.to_dict(), losses=losses, reference_losses=ref_losses,
-        groups={kind: [list(g) for g in mesh.groups(kind)] for kind in KINDS},
+        groups={kind: [list(g) for g in mesh.groups(kind)] for kind in kinds}
+        | ({"dp-cp": [list(g) for g in mesh.joint_groups("dp-cp")]} if plan.cp > 1 else {}),
         bytes_sent_per_group=measured, predicted_bytes_per_group=predicted,
-        predicted_bytes_per_rank=[sum(predicted[k][i] for k in KINDS) for i in range(mesh.world_size)],
+        predicted_bytes_per_rank=[sum(predicted[k][i] for k in kinds) for i in range(mesh.world_size)],
         measured_memory_per_rank=[r["memory"] for r in ranks],
-        predicted_memory_per_rank=[rank_states(model, plan, r["coords"][0]) for r in ranks],
+        predicted_memory_per_rank=[rank_states(model, plan, r["coords"]["pp"]) for r in ranks],
         measured_step_seconds=statistics.median(timed),
         predicted_step_seconds=timing["step_seconds"], predicted_breakdown=timing["breakdown"],
         model=spec.sizes(), global_batch=batch, max_abs_diff_across_replicas=drift)

@@ -1,13 +1,15 @@
 """The advisor: every way to train a model on a cluster, what does not fit and why, and what is fastest.
 
 Teaches the primer's 适用场景 by deriving it. For a model, a cluster and a global batch, `search`
-enumerates every plan — tp·pp·dp = GPUs, micro-batch, schedule and chunks, stage split (even, or one layer
-fewer on the two end stages that also hold the embedding and the output layer), ZeRO stage over the whole DP
-group or over one node's part of it (HSDP), Offload, sequence parallelism, recomputation — evaluates them all
-at once (`hybrid_memory` and `hybrid_time` on numpy arrays) for the framework's settings (precision, attention
-kernel, what it overlaps), rejects those that do not fit with the reason, ranks the rest by step time (ties:
-less memory, then fewer moving parts) and explains why the obvious alternatives lose — or that they tie within
-the model's error (`advisor_explain`).
+enumerates every plan (`advisor_space`) — tp·cp·pp·dp = GPUs (context parallelism where the sequence cuts into
+2·cp chunks), expert parallelism carved out of DP for a mixture of experts, micro-batch, schedule and chunks,
+stage split (even, or one layer fewer on the two end stages that also hold the embedding and the output layer),
+ZeRO stage over the whole DP group or over one node's part of it (HSDP), Offload, sequence parallelism,
+recomputation — evaluates them all at once (`hybrid_memory` and `hybrid_time` on numpy arrays) for the
+framework's settings (precision, attention kernel, what it overlaps, how CP exchanges K,V, the experts'
+capacity), rejects those that do not fit with the reason, ranks the rest by step time (ties: less memory, then
+fewer moving parts) and explains why the obvious alternatives lose — or that they tie within the model's error
+(`advisor_explain`).
 
     >>> from simlab.sim.model import PRESETS
     >>> from simlab.sim.hardware import cluster
@@ -19,13 +21,13 @@ the model's error (`advisor_explain`).
 from __future__ import annotations
 
 import collections
-import itertools
 
 import numpy as np
 
-from .._checks import check_choice, check_int
-from .advisor_explain import explain, family, rejections, representative  # noqa: F401 — `family` is advisor's API too
+from .._checks import check_choice, check_int, check_number
+from .advisor_explain import explain, family, family_codes, lesson7_lines, rejections, representative  # noqa: F401
 from .advisor_explain import families as family_names
+from .advisor_space import _divisors, candidates, stage_layers  # noqa: F401 — `candidates`: advisor's API too
 from .gpus import check_precision
 from .hardware import Cluster
 from .hybrid import (
@@ -36,99 +38,17 @@ from .hybrid import (
     SCHEDULES,
     Plan,
     check_bucket,
+    check_experts,
     check_overlap,
     check_plan,
-    layers_per_stage,
 )
 from .hybrid_memory import Knobs, per_gpu
 from .hybrid_time import step
 from .model import Transformer
 
 FIXABLE = ("tp", "pp", "dp", "microbatch", "chunks", "schedule", "zero", "offload", "sequence_parallel", "recompute",
-           "shard")
-MAX_MICROBATCH = 32
-
-
+           "shard", "cp", "ep")
 MAX_BATCH = 1 << 40  # sequences per step: far beyond any run, small enough for exact integer arithmetic
-
-
-def _divisors(n: int) -> list[int]:
-    """Every divisor of n, in O(√n)."""
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
-def _splits(model: Transformer, pp: int) -> list[tuple[int, int, int]]:
-    """(first, fullest middle, last) layers: the even split, and one layer fewer on both end stages."""
-    even = layers_per_stage(model, pp)
-    rows = [(even, even if pp > 2 else 0, even)]
-    ends = even - 1
-    if pp > 2 and ends >= 1:
-        rows.append((ends, -(-(model.layers - 2 * ends) // (pp - 2)), ends))
-    return rows
-
-
-def _layouts(model: Transformer, c: Cluster, global_batch: int, fixed: dict) -> list[tuple]:
-    """(tp, pp, dp, b, schedule index, v, first, mid, last) for every layout that divides everything evenly."""
-    rows = []
-    for tp in _divisors(c.gpus):
-        if model.heads % tp or fixed.get("tp", tp) != tp:
-            continue
-        for pp in _divisors(c.gpus // tp):
-            dp = c.gpus // (tp * pp)
-            if pp > model.layers or fixed.get("pp", pp) != pp or fixed.get("dp", dp) != dp or global_batch % dp:
-                continue
-            per_replica = global_batch // dp
-            micro = [b for b in range(1, MAX_MICROBATCH + 1) if per_replica % b == 0]
-            for split, b in itertools.product(_splits(model, pp), micro):
-                if fixed.get("microbatch", b) != b:
-                    continue
-                m = per_replica // b
-                schedules = [(1, 1)] if pp == 1 else [(0, 1), (1, 1)] + [
-                    (2, v) for v in range(2, min(split[0], split[2], 8) + 1) if m % pp == 0]
-                rows += [(tp, pp, dp, b, s, v, *split) for s, v in schedules
-                         if fixed.get("schedule", SCHEDULES[s]) == SCHEDULES[s] and fixed.get("chunks", v) == v]
-    return rows
-
-
-def candidates(model: Transformer, c: Cluster, global_batch: int, fixed: dict, attention: str = "flash",
-               overlap: str = "dp,params", bucket: tuple = ()) -> Knobs:
-    """Every plan, as arrays: the layouts × (ZeRO, Offload, HSDP) × sequence parallel × recomputation (under
-    FlashAttention selective recomputation has nothing to recompute: it is tried only when asked for)."""
-    layouts = np.array(_layouts(model, c, global_batch, fixed), dtype=np.int64).reshape(-1, 9)
-    memory_knobs = [(z, o, h, sp, r) for z, o, h, sp, r in itertools.product(range(4), (0, 1), (0, 1), (0, 1), range(3))
-                    if (not o or z >= 2) and (not h or z >= 1) and fixed.get("zero", z) == z
-                    and fixed.get("offload", bool(o)) == bool(o) and fixed.get("sequence_parallel", bool(sp)) == bool(sp)
-                    and fixed.get("recompute", RECOMPUTE[r]) == RECOMPUTE[r]
-                    and not (attention == "flash" and RECOMPUTE[r] == "selective" and "recompute" not in fixed)]
-    extra = np.array(memory_knobs, dtype=np.int64).reshape(-1, 5)
-    rows = np.concatenate([np.repeat(layouts, len(extra), 0), np.tile(extra, (len(layouts), 1))], axis=1)
-    tp, dp, zero, hsdp, sp = rows[:, 0], rows[:, 2], rows[:, 9], rows[:, 11], rows[:, 12]
-    # HSDP shards over one node's part of a DP group (TP fills the node first), or over the `shard` asked for
-    node = np.maximum(1, c.gpus_per_node // tp) if not fixed.get("shard") else np.full(len(rows), fixed["shard"])
-    shard = np.where(hsdp == 1, node, dp)
-    keep = (sp == 0) | (tp > 1)  # sequence parallelism splits what TP replicates
-    keep &= (dp > 1) | (zero == 0) | (rows[:, 10] == 1)  # ZeRO over one rank shards nothing (Offload aside)
-    keep &= (hsdp == 0) | ((1 < node) & (node < dp) & (dp % node == 0) & (
-        (c.gpus_per_node % tp == 0) | bool(fixed.get("shard"))))
-    if fixed.get("shard"):
-        keep &= (zero == 0) | (shard == fixed["shard"])
-    rows, shard = rows[keep], shard[keep]
-    over = set() if overlap == "none" else set(overlap.split(","))
-    n, ones = len(rows), np.ones(len(rows), dtype=np.int64)
-    return Knobs(rows[:, 0], rows[:, 1], rows[:, 2], rows[:, 3], rows[:, 5], rows[:, 9], rows[:, 10], rows[:, 12],
-                 rows[:, 13], rows[:, 4], ones * ATTENTION.index(attention), shard, rows[:, 6], rows[:, 7],
-                 rows[:, 8], ones * ("dp" in over), ones * ("params" in over), ones * ("tp" in over),
-                 *(ones * b for b in (bucket or (0, 0)))) if n else \
-        Knobs(*(np.zeros(0, dtype=np.int64),) * len(Knobs._fields))
-
-
-def _stage_layers(model: Transformer, pp: int, first: int, last: int) -> list[int]:
-    """The explicit split of a plan whose end stages hold fewer layers ([] for the even split)."""
-    if pp <= 2 or first == layers_per_stage(model, pp):
-        return []
-    rest, middle = model.layers - first - last, pp - 2
-    return [first] + [rest // middle + (i < rest % middle) for i in range(middle)] + [last]
 
 
 def config(k: Knobs, i: int, model: Transformer) -> dict:
@@ -140,7 +60,7 @@ def config(k: Knobs, i: int, model: Transformer) -> dict:
             "microbatch": int(k.b[i]), "recompute": RECOMPUTE[int(k.recompute[i])],
             "sequence_parallel": bool(k.sp[i]), "attention": attention, "overlap": ",".join(over) or "none",
             "shard": int(k.shard[i]) if k.shard[i] < k.dp[i] else 0,
-            "stage_layers": _stage_layers(model, int(k.pp[i]), int(k.first[i]), int(k.last[i])),
+            "stage_layers": stage_layers(model, int(k.pp[i]), int(k.first[i]), int(k.last[i])),
             "bucket": [int(k.bucket_gather[i]), int(k.bucket_reduce[i])] if k.bucket_gather[i] else [],
             **_lesson7(k, i)}
 
@@ -168,15 +88,33 @@ def fits(mem: dict, c: Cluster):
 
 
 def evaluate(model: Transformer, c: Cluster, global_batch: int, k: Knobs, precision: str):
-    """Memory, time and fit (`fits`) of every plan in `k`."""
-    mem, time = per_gpu(model, k, global_batch, precision), step(model, k, c, global_batch, precision)
-    return mem, time, fits(mem, c)
+    """Memory, time and fit (`fits`) of every plan in `k`. Memory first: the time of a plan that does not fit is
+    never asked, so only those that fit are timed — and the least hungry of each family that fits nowhere, which
+    `by_family` shows beside the winners; every other plan's time is NaN."""
+    mem = per_gpu(model, k, global_batch, precision)
+    ok = fits(mem, c)
+    codes, _names = family_codes(k)
+    by_family = np.argsort(codes, kind="stable")
+    starts = np.flatnonzero(np.r_[True, np.diff(codes[by_family]) != 0][:len(codes)])
+    timed = ok.copy()
+    for members in np.split(by_family, starts[1:]) if len(codes) else []:  # each family's least hungry
+        timed[members[np.argmin(mem["total"][members])]] = True
+    at = np.flatnonzero(timed)
+    some = step(model, Knobs(*(np.broadcast_to(a, ok.shape)[at] for a in k)), c, global_batch, precision)
+
+    def spread(values):  # the timed plans' values, in place among all plans
+        out = np.full(ok.shape, np.nan)
+        out[at] = np.broadcast_to(values, at.shape)
+        return out
+    time = {key: {name: spread(v) for name, v in val.items()} if isinstance(val, dict) else spread(val)
+            for key, val in some.items()}
+    return mem, time, ok
 
 
 def _check_fixed(name: str, value) -> None:
     """A constraint the search holds fixed, refused in one line if no plan could have it."""
     from .._checks import check_bool
-    if name in ("tp", "pp", "dp", "microbatch", "chunks"):
+    if name in ("tp", "pp", "dp", "microbatch", "chunks", "cp", "ep"):
         check_int(name, value, 1)
     elif name in ("zero", "shard"):
         check_int(name, value, 0, 3 if name == "zero" else MAX_BATCH)
@@ -186,54 +124,66 @@ def _check_fixed(name: str, value) -> None:
         check_choice(name, value, {"schedule": SCHEDULES, "recompute": RECOMPUTE}[name])
 
 
-def _settings(precision: str, attention: str, overlap: str, bucket=()) -> None:
+def _settings(precision: str, attention: str, overlap: str, bucket=(), cp_comm: str = "ring", capacity=0.0,
+              model: Transformer | None = None) -> tuple:
+    """The framework's settings checked, in one line naming the bad one; returns (cp_comm, capacity) as keyed."""
     check_choice("precision", precision, PRECISIONS)
     check_choice("attention", attention, ATTENTION)
     check_overlap(overlap)
     check_bucket(tuple(bucket) if isinstance(bucket, list) else bucket)
+    check_choice("cp_comm", cp_comm, CP_COMMS)
+    check_number("capacity", capacity, 0.0)
+    if capacity and model is not None:
+        check_experts(model, Plan(capacity=capacity))  # a dense model routes nothing to a capacity
+    return cp_comm, float(capacity)
 
 
 def _ranked(k: Knobs, mem: dict, time: dict, fits) -> list[int]:
     """The plans that fit, fastest first (ties: less memory, then fewer moving parts)."""
-    return [i for i in np.lexsort((k.schedule + k.recompute + k.zero + k.sp + (k.shard < k.dp), mem["total"],
-                                   time["step_seconds"])) if fits[i]]
+    at = np.flatnonzero(fits)  # only these are timed (`evaluate`)
+    parts = (k.schedule + k.recompute + k.zero + k.sp + (k.shard < k.dp) + (k.cp > 1) + (k.ep > 1))[at]
+    return at[np.lexsort((parts, mem["total"][at], time["step_seconds"][at]))].tolist()
 
 
 _EVALUATED: collections.OrderedDict = collections.OrderedDict()  # the last few questions and their answers
 
 
 def _evaluated(model: Transformer, c: Cluster, global_batch: int, fixed: tuple, attention: str, overlap: str,
-               bucket: tuple, precision: str):
+               bucket: tuple, precision: str, lesson7: tuple = ("ring", 0.0)):
     """Every candidate plan and its memory, time and fit, for arguments already checked: `search`, `by_family` and
     `fastest_of` on the same question (an explorer asks all of them at once) evaluate the plans once. Keyed by the
     model's and cluster's repr (a GPU holds a dict, so it does not hash); the arrays are shared, so they are made
-    read-only."""
-    key = (repr(model), repr(c), global_batch, fixed, attention, overlap, bucket, precision)
+    read-only. `lesson7`: (cp_comm, capacity), the settings of context and expert parallelism."""
+    key = (repr(model), repr(c), global_batch, fixed, attention, overlap, bucket, precision, lesson7)
     if key not in _EVALUATED:
-        k = candidates(model, c, global_batch, dict(fixed), attention, overlap, bucket)
+        k = candidates(model, c, global_batch, dict(fixed), attention, overlap, bucket, *lesson7)
+        for a in k:
+            a.flags.writeable = False  # before `evaluate`: its family codes are kept for these arrays
         mem, time, fits = evaluate(model, c, global_batch, k, precision)
-        for a in (*k, *mem.values(), *time.values(), fits):
+        for a in (*mem.values(), *time.values(), fits):
             if isinstance(a, np.ndarray):
                 a.flags.writeable = False
         _EVALUATED[key] = k, mem, time, fits
-        while len(_EVALUATED) > 2:  # each holds arrays for up to ~10⁵ plans (tens of MB)
+        while len(_EVALUATED) > 2:  # each holds arrays for up to ~10⁶ plans (hundreds of MB)
             _EVALUATED.popitem(last=False)
     _EVALUATED.move_to_end(key)
     return _EVALUATED[key]
 
 
 def search(model: Transformer, c: Cluster, global_batch: int, precision: str = "mixed", top: int = 10,
-           attention: str = "flash", overlap: str = "dp,params", bucket: tuple = (), **fixed) -> dict:
+           attention: str = "flash", overlap: str = "dp,params", bucket: tuple = (), cp_comm: str = "ring",
+           capacity: float = 0.0, **fixed) -> dict:
     """Best plan, the next `top` - 1, rejected plans by reason, the explanation with its ties and notes.
-    `fixed`: any of FIXABLE; `precision`, `attention`, `overlap`, `bucket`: the framework's settings."""
+    `fixed`: any of FIXABLE; `precision`, `attention`, `overlap`, `bucket`, `cp_comm` (how CP exchanges K,V) and
+    `capacity` (a mixture of experts' capacity factor, 0 dropless): the framework's settings."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
-    _settings(precision, attention, overlap, bucket)
+    lesson7 = _settings(precision, attention, overlap, bucket, cp_comm, capacity, model)
     for name, value in fixed.items():
         check_choice("constraint", name, FIXABLE)
         _check_fixed(name, value)
     check_precision(c.gpu, precision)
     k, mem, time, fits = _evaluated(model, c, global_batch, tuple(sorted(fixed.items())), attention, overlap,
-                                    tuple(bucket), precision)
+                                    tuple(bucket), precision, lesson7)
     if len(k.tp) == 0:
         raise ValueError(f"global_batch={global_batch}: no layout of gpus={c.gpus} divides the batch, heads and "
                          f"layers evenly under the constraints {fixed or 'given'}")
@@ -242,8 +192,8 @@ def search(model: Transformer, c: Cluster, global_batch: int, precision: str = "
     best = describe(mem, time, fits, k, order[0], model) if order else None
     why = explain(best, rejected, mem, time, fits, k, c, order[0] if order else None)
     return {"best": best, "candidates": [describe(mem, time, fits, k, i, model) for i in order[:top]],
-            "rejected": rejected, "plans": int(len(k.tp)), "explanation": why["lines"], "ties": why["ties"],
-            "notes": why["notes"]}
+            "rejected": rejected, "plans": int(len(k.tp)), "explanation": why["lines"] + lesson7_lines(
+                best, mem, time, fits, k, model, c), "ties": why["ties"], "notes": why["notes"]}
 
 
 def evaluate_plan(model: Transformer, c: Cluster, global_batch: int, plan: Plan) -> dict:
@@ -258,14 +208,14 @@ def evaluate_plan(model: Transformer, c: Cluster, global_batch: int, plan: Plan)
 
 def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str = "mixed",
               families: tuple | None = None, attention: str = "flash", overlap: str = "dp,params",
-              bucket: tuple = ()) -> dict:
+              bucket: tuple = (), cp_comm: str = "ring", capacity: float = 0.0) -> dict:
     """{family: its fastest plan that fits, else its plan needing the least memory (fits False)}, in the
     order of `families` (default: every family the search finds): the winner beside the strategies that lose,
     for `render.hybrid_plans.draw_plan_memory` / `draw_time_breakdown`."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
-    _settings(precision, attention, overlap, bucket)
+    lesson7 = _settings(precision, attention, overlap, bucket, cp_comm, capacity, model)
     check_precision(c.gpu, precision)
-    k, mem, time, fits = _evaluated(model, c, global_batch, (), attention, overlap, tuple(bucket), precision)
+    k, mem, time, fits = _evaluated(model, c, global_batch, (), attention, overlap, tuple(bucket), precision, lesson7)
     names = family_names(k).astype(str)
     out = {}
     for name in families if families is not None else dict.fromkeys(names):
@@ -276,15 +226,20 @@ def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str 
     return out
 
 
-def fastest_of(model: Transformer, c: Cluster, global_batch: int, groups: dict, precision: str = "mixed") -> dict:
+def fastest_of(model: Transformer, c: Cluster, global_batch: int, groups: dict, precision: str = "mixed",
+               cp_comm: str = "ring", capacity: float = 0.0, **fixed) -> dict:
     """One evaluation of every plan (the framework's default settings): {"best": `search`'s best plan, name: the
     fastest plan that fits among those `groups[name]` picks (a function of the plans' `Knobs` to a boolean array),
     or None}; each plan `describe`d, with its "family" and its "ratio" of step time to the best's. What a sweep
     of the network, or a change of link, asks of the advisor at one search's cost."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
-    check_choice("precision", precision, PRECISIONS)
+    lesson7 = _settings(precision, "flash", "dp,params", (), cp_comm, capacity, model)
+    for name, value in fixed.items():
+        check_choice("constraint", name, FIXABLE)
+        _check_fixed(name, value)
     check_precision(c.gpu, precision)
-    k, mem, time, fits = _evaluated(model, c, global_batch, (), "flash", "dp,params", (), precision)
+    k, mem, time, fits = _evaluated(model, c, global_batch, tuple(sorted(fixed.items())), "flash", "dp,params", (),
+                                    precision, lesson7)
     order = _ranked(k, mem, time, fits)
     if not order:
         return {"best": None, **dict.fromkeys(groups)}
@@ -299,3 +254,28 @@ def fastest_of(model: Transformer, c: Cluster, global_batch: int, groups: dict, 
         plan = describe(mem, time, fits, k, int(members[np.argmin(rank[members])]), model)
         out[name] = {**plan, "family": family(plan["config"]), "ratio": plan["step_seconds"] / best}
     return out
+
+
+def versus(model: Transformer, c: Cluster, global_batch: int, pick, precision: str = "mixed", cp_comm: str = "ring",
+           capacity: float = 0.0) -> dict:
+    """One evaluation of every plan, split in two by `pick` (a function of the plans' `Knobs` to a boolean array):
+    {"best": the fastest plan that fits (None if none does), "with": the plan standing for those `pick` keeps,
+    "without": for the rest} — each the fastest that fits, else the least hungry (fits False), else None where the
+    side is empty; each `describe`d with its "family". What `advisor_sweep` asks at each point of a sweep."""
+    check_int("global_batch", global_batch, 1, MAX_BATCH)
+    lesson7 = _settings(precision, "flash", "dp,params", (), cp_comm, capacity, model)
+    check_precision(c.gpu, precision)
+    k, mem, time, fits = _evaluated(model, c, global_batch, (), "flash", "dp,params", (), precision, lesson7)
+    order = _ranked(k, mem, time, fits)
+    rank = np.full(len(k.tp), len(k.tp))
+    rank[order] = np.arange(len(order))  # ties broken as the search breaks them
+    side = np.asarray(pick(k), dtype=bool)
+
+    def plan(members):
+        if not len(members):
+            return None
+        fitting = members[fits[members]]
+        i = fitting[np.argmin(rank[fitting])] if len(fitting) else members[np.argmin(mem["total"][members])]
+        return {**(d := describe(mem, time, fits, k, int(i), model)), "family": family(d["config"])}
+    return {"best": plan(np.array(order[:1], dtype=np.int64)), "with": plan(np.flatnonzero(side)),
+            "without": plan(np.flatnonzero(~side))}

@@ -28,7 +28,9 @@ DECIDES = {"compute": Message("measure the GEMMs at these shapes (micro-batch an
            "dp_comm": Message("measure the DP all-gather and reduce-scatter on your network"),
            "overlap": Message("measure how much compute slows while collectives run beside it"),
            "offload": Message("measure PCIe and CPU Adam on your host"),
-           "optimizer": Message("time the optimizer step")}
+           "optimizer": Message("time the optimizer step"),
+           "cp_comm": Message("measure context parallelism's K,V exchange between the GPUs of a CP group"),
+           "ep_comm": Message("measure the experts' all-to-all (tokens out to their experts and back)")}
 ALTERNATIVES = ("DDP", "DP+ZeRO-1", "DP+ZeRO-3", "DP+ZeRO-3 (HSDP)", "TP", "PP", "TP+PP", "TP+DP+ZeRO-3",
                 "TP+PP+DP", "TP+PP+DP+ZeRO-1", "TP+PP+DP+ZeRO-3", "single GPU + Offload")
 # the families named in words, not in the TP+PP+DP letters every language keeps: said through the catalog
@@ -42,11 +44,12 @@ def worded(name: str) -> str:
 
 
 def family(config: dict) -> str:
-    """A plan's kind in the primer's words: 'DDP', 'TP+PP+DP+ZeRO-1', 'DP+ZeRO-3 (HSDP)', 'single GPU + Offload' …"""
-    parts = [name for name, on in (("TP", config["tp"] > 1), ("PP", config["pp"] > 1), ("DP", config["dp"] > 1))
-             if on]
-    if config["zero"]:
-        parts.append(f"ZeRO-{config['zero']}" if config["dp"] > 1 else "ZeRO")
+    """A plan's kind in the primer's words: 'DDP', 'TP+PP+DP+ZeRO-1', 'DP+ZeRO-3 (HSDP)', 'single GPU + Offload' …;
+    lesson 7's in Megatron's order of the grid: 'TP+CP+PP+DP', 'DP+EP+ZeRO-1' (the EP group is carved out of DP)."""
+    parts = [name for name, on in (("TP", config["tp"] > 1), ("CP", config.get("cp", 1) > 1), ("PP", config["pp"] > 1),
+                                   ("DP", config["dp"] > 1), ("EP", config.get("ep", 1) > 1)) if on]
+    if config["zero"]:  # ZeRO shards over the DP group with its CP ranks (`hybrid_memory.zero_groups`)
+        parts.append(f"ZeRO-{config['zero']}" if config["dp"] * config.get("cp", 1) > 1 else "ZeRO")
     if config["offload"]:
         parts.append("Offload")
     if parts == ["DP"]:
@@ -56,14 +59,29 @@ def family(config: dict) -> str:
     return name + (" (HSDP)" if 0 < config.get("shard", 0) < config["dp"] else "")
 
 
+def _lesson7(k: Knobs) -> tuple[np.ndarray, np.ndarray]:
+    """(cp, ep) of every plan (a Knobs may carry either as one number for all)."""
+    return np.broadcast_to(k.cp, np.shape(k.tp)), np.broadcast_to(k.ep, np.shape(k.tp))
+
+
+_CODES: list = []  # the last plans' family codes, with their `tp` array: the advisor asks three times per search
+
+
 def family_codes(k: Knobs) -> tuple[np.ndarray, list[str]]:
-    """(an integer per plan, the family name of each integer): kinds compared as numbers, named once each."""
+    """(an integer per plan, the family name of each integer): kinds compared as numbers, named once each. The
+    last answer is kept for the same (read-only) arrays."""
+    if _CODES and _CODES[0] is k.tp and not k.tp.flags.writeable:
+        return _CODES[1]
     hsdp = (k.shard < k.dp) & (k.zero > 0)
-    code = (k.tp > 1) + 2 * (k.pp > 1) + 4 * (k.dp > 1) + 8 * k.zero + 32 * k.offload + 64 * hsdp
+    cp, ep = _lesson7(k)
+    code = (k.tp > 1) + 2 * (k.pp > 1) + 4 * (k.dp > 1) + 8 * k.zero + 32 * k.offload + 64 * hsdp + 128 * (cp > 1) \
+        + 256 * (ep > 1)
     _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
     names = [family({"tp": int(k.tp[i]), "pp": int(k.pp[i]), "dp": int(k.dp[i]), "zero": int(k.zero[i]),
-                     "offload": bool(k.offload[i]), "shard": int(k.shard[i]) if hsdp[i] else 0}) for i in first]
-    return inverse.reshape(-1), names
+                     "offload": bool(k.offload[i]), "shard": int(k.shard[i]) if hsdp[i] else 0, "cp": int(cp[i]),
+                     "ep": int(ep[i])}) for i in first]
+    _CODES[:] = [k.tp, (inverse.reshape(-1), names)]
+    return _CODES[1]
 
 
 def families(k: Knobs) -> np.ndarray:
@@ -78,20 +96,28 @@ def rejections(mem: dict, fits, k: Knobs, c) -> dict:
     gb = lambda b: f"{b / 1e9:.3g} GB"  # noqa: E731 — a local formatter
     usable = gb(c.gpu.usable_memory)
     codes, names = family_codes(k)
-    gpu_over = mem["total"] > c.gpu.usable_memory
+    # per family code, counted once over all plans (no pass over every plan per family): plans, those that fit, those
+    # over the GPU's memory, and the least GPU and host memory any of them needs
+    n = len(names)
+    plans, fit = np.bincount(codes, minlength=n), np.bincount(codes, weights=fits, minlength=n)
+    over = np.bincount(codes, weights=mem["total"] > c.gpu.usable_memory, minlength=n)
+    order = np.argsort(codes, kind="stable")
+    starts = np.searchsorted(codes[order], np.arange(n))
+    least = {key: np.minimum.reduceat(np.broadcast_to(mem[key], codes.shape)[order], starts) if n else np.zeros(0)
+             for key in ("total", "cpu")}
     out, names = {}, np.array(names)
-    for name in dict.fromkeys(names[np.unique(codes[~fits])]):  # one family name may stand for several codes
-        mine = np.isin(codes, np.flatnonzero(names == name))
-        if fits[mine].any():
+    for name in dict.fromkeys(names[plans > fit]):  # one family name may stand for several codes
+        mine = np.flatnonzero(names == name)
+        if fit[mine].sum():
             reason = Message("{name}: some micro-batch/recompute settings need more than {usable} usable",
                              name=worded(name), usable=usable)
-        elif gpu_over[mine].all():
+        elif over[mine].sum() == plans[mine].sum():
             reason = Message("{name}: {need} > {usable} usable", name=worded("pure DP" if name == "DDP" else name),
-                             need=gb(mem["total"][mine].min()), usable=usable)
+                             need=gb(least["total"][mine].min()), usable=usable)
         else:
             reason = Message("{name}: host {need} > {host} per node", name=worded(name),
-                             need=gb((mem["cpu"][mine] * c.gpus_per_node).min()), host=gb(c.host_memory))
-        out[reason] = int((mine & ~fits).sum())
+                             need=gb(least["cpu"][mine].min() * c.gpus_per_node), host=gb(c.host_memory))
+        out[reason] = int(round((plans[mine] - fit[mine]).sum()))
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
@@ -167,3 +193,46 @@ def notes(config: dict, c, ties: list) -> list[str]:
     if config["pp"] > 1 and config["dp"] > 1 and config["zero"] <= 1 and fsdp_ties:
         return [MODERN]
     return []
+
+
+
+def _lesson7_line(feature: str, on, seq: int, best: dict, mem: dict, time: dict, fits, usable: float):
+    """Why `feature` ("CP" or "EP") wins or loses: the best plan against the best of the other side (without it if
+    the best uses it, else with it) — how much slower that is and where its time goes, or, where none of that side
+    fits, how much memory the least hungry of them needs and which part of it is most."""
+    knob = feature.lower()
+    uses = best["config"][knob] > 1
+    members = np.flatnonzero(~on if uses else on)
+    if not len(members):
+        return None
+    i = representative(members, mem, time, fits)
+    size = best["config"][knob]
+    if not fits[i]:
+        if not uses:
+            return Message("{family}: does not fit (needs {gb:.0f} GB per GPU)", family=feature,
+                           gb=mem["total"][i] / 1e9)
+        part = max(("params", "grads", "optimizer", "activations"), key=lambda key: mem[key][i])
+        return Message("{feature} wins ({knob} {size}): without it nothing fits — the least any plan needs is "
+                       "{need:.0f} GB per GPU, {amount:.0f} GB of it {part} (seq {seq}), > {usable:.0f} GB usable",
+                       feature=feature, knob=knob, size=size, need=mem["total"][i] / 1e9,
+                       amount=mem[part][i] / 1e9, part=part, seq=seq, usable=usable / 1e9)
+    ratio = time["step_seconds"][i] / best["step_seconds"]
+    worse = max(time["breakdown"], key=lambda name: time["breakdown"][name][i] - best["breakdown"][name])
+    if ratio <= 1 + MODEL_ERROR:
+        return Message("{feature}: with it and without, {ratio:.2f}×, a tie within the model's error (±{error:.0%})",
+                       feature=feature, ratio=ratio, error=MODEL_ERROR)
+    if uses:
+        return Message("{feature} wins ({knob} {size}): without it the best plan is {ratio:.2f}× slower, mostly "
+                       "{part}", feature=feature, knob=knob, size=size, ratio=ratio, part=worse)
+    return Message("{feature} loses: its best plan is {ratio:.2f}× slower, mostly {part}", feature=feature,
+                   ratio=ratio, part=worse)
+
+
+def lesson7_lines(best: dict | None, mem: dict, time: dict, fits, k: Knobs, model, c) -> list:
+    """Why context parallelism and expert parallelism win or lose, where the search tried them (`_lesson7_line`)."""
+    if best is None:
+        return []
+    cp, ep = _lesson7(k)
+    lines = [_lesson7_line(feature, on, model.seq, best, mem, time, fits, c.gpu.usable_memory)
+             for feature, on in (("CP", cp > 1), ("EP", ep > 1)) if on.any()]
+    return [line for line in lines if line is not None]

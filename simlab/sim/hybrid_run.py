@@ -2,15 +2,19 @@
 
 `simlab run hybrid`, `parity.hybrid.run_hybrid` and the workers it starts all read the same `HybridRun`, built
 and checked once, before anything runs, by `HybridRun.build` from the small knobs a learner turns. The grid
-is named in Megatron's order everywhere: tp (fastest: ranks of one TP group are neighbours), dp, pp.
+is named in Megatron's order everywhere: tp (fastest: ranks of one TP group are neighbours), cp, dp, pp.
 
 Teaches what a run of the course's executor is made of, and its defaults, each chosen so that 8 processes
 fit on 2 cores:
-- the plan (`sim.hybrid.Plan`): tp · dp · pp ranks, b = 2 sequences per micro-batch, ZeRO 0 or 1, 1F1B or
+- the plan (`sim.hybrid.Plan`): tp · cp · dp · pp ranks, b = 2 sequences per micro-batch, ZeRO 0 or 1, 1F1B or
   interleaved (2 chunks per rank unless told), and what the executor really does: fp32, eager attention
-  (the s² scores stored), nothing overlapped with compute;
+  (the s² scores stored), nothing overlapped with compute; with cp > 1 (lesson 7) each rank of a CP group holds
+  the zig-zag positions of its coordinate and attention exchanges K,V by `cp_comm` (ring unless told), tile by
+  tile with an online softmax that keeps only the log-sum-exp and recomputes the scores in the backward:
+  flash attention's memory, so the plan says attention="flash" (`executor(cp)`);
 - the model (`sim.model.Transformer`, untied, as `exec.models.GPT` is): 2 heads of 4 features per TP rank,
-  two layers per model chunk, 8 tokens, a vocabulary of 16 per TP rank (so the TP ranks split it evenly);
+  two layers per model chunk, 8 tokens (4·cp with cp > 2: 2·cp zig-zag chunks of 2), a vocabulary of 16 per
+  TP rank (so the TP ranks split it evenly);
 - the global batch: dp replicas × m micro-batches × b sequences, m = 2·pp unless told (enough to fill the
   pipeline twice);
 - `variants`: more plans on the same grid, model and batch (another ZeRO stage, schedule or chunk count),
@@ -18,15 +22,15 @@ fit on 2 cores:
 What only torch can check — can this backend run here (one GPU per rank for NCCL)? — `parity` checks,
 once, when it launches the run.
 
-How long a run may be: at most `PARITY_STEPS` = 16 Adam steps. The run is a *parity* check, the same training
-as one process within 1e-5, and that holds only for a while: the ranks add the same float32 numbers in
-another order, and training amplifies those last-bit differences step after step. Measured on this course's
-GPT (2-core CPU, gloo; `max_abs_diff_vs_reference` over the losses and every parameter): at 16 steps every grid
-tried stays within 7e-6 (tp·dp·pp of 1, 2, 4 and 8 in every arrangement, ZeRO-1, interleaved, seeds 0-3, a wider
-model); 1e-5 is crossed from 24 steps on some grids (1·1·2: 1.02e-5; 1·2·1 at 32: 1.1e-5), then 2e-4 at 64
-(1·1·1), 3e-3 at 256 (1·2·1), 1e-2 at 400 (2·2·2), and 0.5 in the run that reported it. Past 16 steps the
-number could no longer tell a bug from round-off, so a longer run is refused rather than reported as a pass
-or a failure.
+How long a run may be: at most `PARITY_STEPS` = 16 Adam steps. The run is a *parity* check, the same training as
+one process within 1e-5, and that holds only for a while: the ranks add the same float32 numbers in another
+order, and training amplifies those last-bit differences step after step. Measured on this course's GPT (2-core
+CPU, gloo; `max_abs_diff_vs_reference` over the losses and every parameter): at 16 steps every grid tried stays
+within 7e-6 (tp·dp·pp of 1, 2, 4 and 8 in every arrangement, ZeRO-1, interleaved, seeds 0-3, a wider model; with
+cp 2, 4 and 8 beside them, tp·cp·dp·pp = 8, each way K,V travel: 6.4e-6 at most); 1e-5 is crossed from 24 steps
+on some grids (1·1·2: 1.02e-5; 1·2·1 at 32: 1.1e-5), then 2e-4 at 64 (1·1·1), 3e-3 at 256 (1·2·1), 1e-2 at 400
+(2·2·2), and 0.5 in the run that reported it. Past 16 steps the number could no longer tell a bug from round-off,
+so a longer run is refused rather than reported as a pass or a failure.
 
     >>> run = HybridRun.build(tp=2, dp=2, pp=2)
     >>> run.world_size, run.global_batch, run.microbatches, run.model.layers, run.model.hidden, run.model.vocab
@@ -50,9 +54,15 @@ from .mesh import Mesh
 from .model import Transformer
 
 SCHEDULES = ("1f1b", "interleaved")  # what `exec.pipeline.PipelineRank` runs with a vocab-parallel GPT
-VARIED = ("zero", "schedule", "chunks")  # what a variant may change: the grid, model and batch stay
+VARIED = ("zero", "schedule", "chunks", "cp_comm")  # what a variant may change: the grid, model and batch stay
 SIZES = ("layers", "hidden", "heads", "seq", "vocab")  # a run's model, as its result reports it
 EXECUTOR = {"precision": "fp32", "attention": "eager", "overlap": "none"}  # the course's executor, as it runs
+
+
+def executor(cp: int) -> dict:
+    """What the executor runs with the sequence split over `cp` ranks: `exec.context_parallel`'s attention is
+    tile by tile with an online softmax (flash attention's way) where cp > 1; the one process's is eager."""
+    return EXECUTOR | ({"attention": "flash"} if cp > 1 else {})
 PARITY_STEPS = 16  # the most steps whose comparison with one process holds to 1e-5 (measured: module docstring)
 
 
@@ -93,15 +103,17 @@ class HybridRun:
         check_positive("timeout", self.timeout)
         if not isinstance(self.backend, str):
             raise ValueError(f"backend={self.backend!r}: must be a name, e.g. 'auto'")
-        for name in ("tp", "dp", "pp", "microbatch"):  # what the grid and the batch are computed from
+        for name in ("tp", "cp", "dp", "pp", "microbatch"):  # what the grid and the batch are computed from
             check_int(name, getattr(self.plan, name), 1)
         check_ranks("world_size", self.plan.gpus)
         for i, plan in enumerate(self.plans):  # the executor runs a plan's grid, batch and these knobs, no more
-            runnable = Plan(tp=self.plan.tp, pp=self.plan.pp, dp=self.plan.dp, microbatch=self.plan.microbatch,
-                            **{k: getattr(plan, k) for k in VARIED}, **EXECUTOR)
+            runnable = Plan(tp=self.plan.tp, cp=self.plan.cp, pp=self.plan.pp, dp=self.plan.dp,
+                            microbatch=self.plan.microbatch,
+                            **{k: getattr(plan, k) for k in VARIED}, **executor(self.plan.cp))
             if plan != runnable:
-                raise ValueError(f"{'variants' if i else 'plan'}={plan.to_dict()}: the executor runs fp32, eager "
-                                 f"attention, nothing overlapped; a variant changes only {', '.join(VARIED)}")
+                raise ValueError(f"{'variants' if i else 'plan'}={plan.to_dict()}: the executor runs fp32, "
+                                 f"{runnable.attention} attention, nothing overlapped, no experts; a variant changes "
+                                 f"only {', '.join(VARIED)}")
             check_int("zero", plan.zero, 0, 1)  # the executor has ZeRO-1 (lesson 3's ZeRO-2 and -3 run alone)
             check_choice("schedule", plan.schedule, SCHEDULES)
             check_plan(self.model, plan, plan.gpus, self.global_batch)
@@ -110,14 +122,14 @@ class HybridRun:
             raise ValueError(f"vocab={self.model.vocab}: must be divisible by tp={self.plan.tp}")
 
     @classmethod
-    def build(cls, *, tp: int = 2, dp: int = 2, pp: int = 2, zero: int = 0, schedule: str = "1f1b",
-              chunks: int | None = None, microbatch: int = 2, microbatches: int | None = None,
+    def build(cls, *, tp: int = 2, dp: int = 2, pp: int = 2, cp: int = 1, cp_comm: str = "ring", zero: int = 0,
+              schedule: str = "1f1b", chunks: int | None = None, microbatch: int = 2, microbatches: int | None = None,
               layers: int | None = None, hidden: int | None = None, heads: int | None = None, seq: int | None = None,
               steps: int = 3, seed: int = 0, lr: float = 1e-2, world_size: int | None = None, backend: str = "auto",
               timeout: float = 120.0, variants: tuple = ()) -> HybridRun:
         """The run from its knobs (None: the default the module's docstring gives). Every check, before any
         work, in one-line ValueErrors naming the argument; the knobs the defaults are computed from first."""
-        for name, value in (("tp", tp), ("dp", dp), ("pp", pp), ("microbatch", microbatch)):
+        for name, value in (("tp", tp), ("dp", dp), ("pp", pp), ("cp", cp), ("microbatch", microbatch)):
             check_int(name, value, 1)
         check_choice("schedule", schedule, SCHEDULES)
         chunks = (2 if schedule == "interleaved" else 1) if chunks is None else chunks
@@ -125,16 +137,18 @@ class HybridRun:
                             ("hidden", hidden), ("heads", heads), ("seq", seq)):
             if value is not None:
                 check_int(name, value, 1)
-        if world_size is not None and check_ranks("world_size", world_size) != tp * dp * pp:
-            raise ValueError(f"world_size={world_size}: must be tp × dp × pp = {tp} × {dp} × {pp}")
+        if world_size is not None and check_ranks("world_size", world_size) != tp * cp * dp * pp:
+            grid = (f"tp × cp × dp × pp = {tp} × {cp} × {dp} × {pp}" if cp > 1
+                    else f"tp × dp × pp = {tp} × {dp} × {pp}")
+            raise ValueError(f"world_size={world_size}: must be {grid}")
         if not isinstance(variants, tuple) or not all(isinstance(v, dict) and set(v) <= set(VARIED) for v in variants):
             raise ValueError(f"variants={variants!r}: must be a tuple of dicts of {', '.join(VARIED)}")
-        plan = Plan(tp=tp, pp=pp, dp=dp, microbatch=microbatch, zero=zero, schedule=schedule, chunks=chunks,
-                    **EXECUTOR)
+        plan = Plan(tp=tp, pp=pp, dp=dp, cp=cp, cp_comm=cp_comm, microbatch=microbatch, zero=zero,
+                    schedule=schedule, chunks=chunks, **executor(cp))
         plans = [plan.with_(**v) for v in variants]
         most = max([chunks] + [check_int("chunks", p.chunks, 1) for p in plans])  # layers: 2 per chunk
         heads = heads or 2 * tp
-        model = gpt_3d(layers or 2 * pp * most, hidden or 4 * heads, heads, seq or 8, 16 * tp)
+        model = gpt_3d(layers or 2 * pp * most, hidden or 4 * heads, heads, seq or 4 * max(cp, 2), 16 * tp)
         return cls(plan=plan, model=model, global_batch=dp * microbatch * (microbatches or 2 * pp), steps=steps,
                    seed=seed, lr=lr, backend=backend, timeout=timeout, variants=tuple(plans))
 
@@ -142,7 +156,8 @@ class HybridRun:
     def from_result(cls, result: dict) -> HybridRun:
         """The run a `parity.hybrid.run_hybrid` result reports (its config, model and batch; the backend it
         ran on), e.g. to predict its timeline."""
-        return cls(plan=Plan(**result["config"] | EXECUTOR), model=gpt_3d(**result["model"]),
+        return cls(plan=Plan(**result["config"] | executor(result["config"].get("cp", 1))),
+                   model=gpt_3d(**result["model"]),
                    global_batch=result["global_batch"], backend=result["backend"])
 
     @property
@@ -156,8 +171,8 @@ class HybridRun:
 
     @property
     def mesh(self) -> Mesh:
-        """The rank grid every plan of the run shares (`sim.mesh`: TP fastest, then DP, then PP)."""
-        return Mesh(pp=self.plan.pp, dp=self.plan.dp, tp=self.plan.tp)
+        """The rank grid every plan of the run shares (`sim.mesh`: TP fastest, then CP, DP, PP)."""
+        return Mesh(pp=self.plan.pp, dp=self.plan.dp, cp=self.plan.cp, tp=self.plan.tp)
 
     @property
     def replica_batch(self) -> int:

@@ -92,17 +92,20 @@ GUIDE = ("https://github.com/stas00/ml-engineering/blob/master/training/model-pa
 GUIDE_HF = "https://huggingface.co/docs/transformers/perf_train_gpu_many"  # the same guide in Transformers' docs
 PCIE = GPUS["rtx-4090"]  # its link inside a node: PCIe 4.0 x16, as NCCL reaches it (no NVLink)
 # the guide's three answers for a node whose GPUs cannot hold the model, each with DP over the GPUs it leaves
-ONE_NODE = {"PP": lambda k: (k.pp > 1) & (k.tp == 1) & (k.zero <= 1) & (k.offload == 0),
-            "ZeRO": lambda k: (k.pp == 1) & (k.tp == 1) & (k.zero >= 2) & (k.offload == 0),
-            "TP": lambda k: (k.tp > 1) & (k.pp == 1) & (k.zero <= 1) & (k.offload == 0)}
+# the primer's answers are 3-D plans: lesson 7's context and expert parallelism are no part of them (the "best" beside
+# them is the whole search's, CP and EP included)
+THREE_D = lambda k: (k.cp == 1) & (k.ep == 1)  # noqa: E731 — a one-line mask over the candidates
+ONE_NODE = {"PP": lambda k: THREE_D(k) & (k.pp > 1) & (k.tp == 1) & (k.zero <= 1) & (k.offload == 0),
+            "ZeRO": lambda k: THREE_D(k) & (k.pp == 1) & (k.tp == 1) & (k.zero >= 2) & (k.offload == 0),
+            "TP": lambda k: THREE_D(k) & (k.tp > 1) & (k.pp == 1) & (k.zero <= 1) & (k.offload == 0)}
 # the primer's two answers for many nodes: ZeRO (fast network) and DP+TP+PP+ZeRO-1 (slow)
-MANY_NODES = {"ZeRO-3": lambda k: k.zero == 3,
-              "DP+TP+PP+ZeRO-1": lambda k: (k.tp > 1) & (k.pp > 1) & (k.dp > 1) & (k.zero == 1)}
+MANY_NODES = {"ZeRO-3": lambda k: THREE_D(k) & (k.zero == 3),
+              "DP+TP+PP+ZeRO-1": lambda k: THREE_D(k) & (k.tp > 1) & (k.pp > 1) & (k.dp > 1) & (k.zero == 1)}
 NETWORK_SWEEP = (25.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1600.0, 3200.0)  # Gbit/s per node: 8 searches
 # ZeRO with replicas: section 4.2's 18.4B model (it fits one node sharded) on 4 nodes
 HSDP_CASE = Scenario("hsdp", "多机多GPU", "", "", PRESETS["megatron-18.4b-2021"], "a100-80gb", 32, 128)
 HSDP_NETWORKS = (100.0, 400.0, 1600.0)
-PURE_ZERO3 = lambda k: (k.tp == 1) & (k.pp == 1) & (k.zero == 3) & (k.offload == 0)  # noqa: E731 — a one-line mask over the candidates
+PURE_ZERO3 = lambda k: THREE_D(k) & (k.tp == 1) & (k.pp == 1) & (k.zero == 3) & (k.offload == 0)  # noqa: E731
 HSDP = {"ZeRO-3": lambda k: PURE_ZERO3(k) & (k.shard == k.dp),
         "ZeRO-3 (HSDP)": lambda k: PURE_ZERO3(k) & (k.shard < k.dp)}
 
@@ -165,7 +168,7 @@ def gather_units(s: Scenario) -> list[dict]:
     bytes per GPU of any such plan ("bytes_per_gpu"; `hybrid_memory.model_states` holds the unit's weights and
     gradients, and the next unit's weights when it prefetches) and whether that "fits"."""
     model, c = s.model, s.cluster()
-    k = candidates(model, c, s.global_batch, {"tp": 1, "pp": 1, "zero": 3, "offload": False})
+    k = candidates(model, c, s.global_batch, {"tp": 1, "pp": 1, "zero": 3, "offload": False, "cp": 1})
     mem, _time, _fits = evaluate(model, c, s.global_batch, k, "mixed")
     p_b, g_b, _o = STATE_BYTES["mixed"]
     per_param = p_b + g_b + k.overlap_params * p_b

@@ -219,6 +219,24 @@ class Mesh:
         stride, size = self.stride(kind), getattr(self, kind)
         return [self.group_of(kind, r) for r in range(self.world_size) if r // stride % size == 0]
 
+    def index_of(self, kind: str, rank: int) -> int:
+        """Rank `rank`'s index along `kind` (its digit in the mixed-radix number), on any mesh: 0 where hidden."""
+        check_int("rank", rank, 0, self.world_size - 1)
+        return rank // self.stride(kind) % getattr(self, kind)
+
+    def joint_groups(self, name: str) -> list[tuple[int, ...]]:
+        """Groups over several dimensions at once, named as Megatron's RankGenerator names them ("dp-cp": the
+        ranks that differ only in dp and cp, its data-parallel group with context parallelism, over which the
+        gradients are reduced when the sequence is split). Each group sorted, groups sorted by first rank."""
+        kinds = name.split("-") if isinstance(name, str) else ()
+        if not kinds or not all(k in self.DIMS for k in kinds) or len(set(kinds)) != len(kinds):
+            raise ValueError(f"name={name!r}: must be dimensions joined by '-', each one of {', '.join(self.DIMS)}")
+        fixed = [d for d in self.DIMS if d not in kinds]
+        out: dict[tuple, list[int]] = {}
+        for rank in range(self.world_size):  # the ranks that share every other coordinate form one group
+            out.setdefault(tuple(self.index_of(d, rank) for d in fixed), []).append(rank)
+        return sorted(tuple(g) for g in out.values())
+
     def link(self, kind: str, gpus_per_node: int) -> str:
         """'intra-node' if every `kind` group fits inside one node (ranks gpus_per_node·n ...), else
         'inter-node': that collective then runs at the network's speed, several times slower."""

@@ -95,3 +95,21 @@ def test_world_size_mismatch_is_refused_before_any_group_is_made(monkeypatch):
         with pytest.raises(ValueError) as info:
             make(Mesh(pp=2, dp=2, tp=2))
         assert str(info.value) == "world_size=6: Mesh(pp=2, dp=2, tp=2) needs 8 ranks"
+
+
+def _joint_group_on_each_rank(rank, world_size, sizes):
+    mine = new_groups(Mesh(**sizes), joint=("dp-cp",))
+    x = torch.tensor([1 << rank], dtype=torch.int64)  # a bitmask: who took part
+    dist.all_reduce(x, group=mine["dp-cp"])
+    return list(mine), tuple(dist.get_process_group_ranks(mine["dp-cp"])), x.item()
+
+
+def test_a_joint_group_holds_the_ranks_of_both_dimensions_and_reduces_over_them_alone():
+    """Under context parallelism gradients are reduced over dp-cp: every rank that differs only in dp and cp."""
+    sizes = dict(dp=2, cp=2, tp=2)
+    mesh = Mesh(**sizes)
+    for rank, (keys, ranks, mask) in enumerate(launch(_joint_group_on_each_rank, 8, sizes, backend="gloo",
+                                                      timeout=120)):
+        members = next(g for g in mesh.joint_groups("dp-cp") if rank in g)
+        assert keys == [*Mesh.DIMS, "dp-cp"] and ranks == members == tuple(range(rank % 2, 8, 2))
+        assert mask == sum(1 << r for r in members)

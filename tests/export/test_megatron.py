@@ -50,7 +50,7 @@ HAND = {"--micro-batch-size", "--global-batch-size", "--seq-length", "--max-posi
         "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
         "--num-virtual-stages-per-pipeline-rank", "--pipeline-model-parallel-layout", "--grad-reduce-in-bf16",
         "--accumulate-allreduce-grads-in-fp32", "--fp8-param-gather", "--no-gradient-accumulation-fusion",
-        "--ckpt-format", "--ddp-bucket-size"}
+        "--ckpt-format", "--ddp-bucket-size", "--num-experts"}
 FIELDS = {c: {f.name for f in dataclasses.fields(c)} for c in (DistributedDataParallelConfig, OptimizerConfig)}
 
 
@@ -114,8 +114,11 @@ def megatron_configs(flags: dict, world: int) -> dict:
         else:
             pytest.fail(f"{name}: a flag Megatron-LM core_v0.16.1 does not have")
     tp, pp = tc.get("tensor_model_parallel_size", 1), tc.get("pipeline_model_parallel_size", 1)
-    assert world % (tp * pp) == 0
-    dp = world // (tp * pp)  # Megatron's initialize: data-parallel size = world / (tp · pp)
+    cp = tc.get("context_parallel_size", 1)
+    assert world % (tp * cp * pp) == 0
+    dp = world // (tp * cp * pp)  # Megatron's initialize: data-parallel size = world / (tp · cp · pp)
+    if "--num-experts" in flags:  # arguments.py's own flag; core_transformer_config_from_args renames it
+        tc["num_moe_experts"] = int(flags["--num-experts"])
     dtype = torch.bfloat16 if tc.get("bf16") else torch.half if tc.get("fp16") else torch.float32
     first, last = flags.get("--decoder-first-pipeline-num-layers"), flags.get("--decoder-last-pipeline-num-layers")
     tc.update(params_dtype=dtype, pipeline_dtype=dtype, fp8_param="--fp8-param-gather" in flags,
@@ -167,9 +170,10 @@ def check(model: Transformer, c, global_batch: int, plan: Plan) -> dict:
     got = megatron_configs(flags, world)
     config, ddp = got["config"], got["ddp"]
     tp, pp, v = config.tensor_model_parallel_size, config.pipeline_model_parallel_size, plan.chunks
-    assert (tp, pp, got["dp"]) == (plan.tp, plan.pp, plan.dp)
-    ranks = RankGenerator(tp=tp, ep=1, dp=got["dp"], pp=pp, cp=1, order="tp-cp-ep-dp-pp")
-    for kind, size in (("tp", plan.tp), ("pp", plan.pp), ("dp", plan.dp)):
+    cp = config.context_parallel_size
+    assert (tp, cp, pp, got["dp"]) == (plan.tp, plan.cp, plan.pp, plan.dp)
+    ranks = RankGenerator(tp=tp, ep=1, dp=got["dp"], pp=pp, cp=cp, order="tp-cp-ep-dp-pp")
+    for kind, size in (("tp", plan.tp), ("cp", plan.cp), ("pp", plan.pp), ("dp", plan.dp)):
         groups = ranks.get_ranks(kind)
         assert len(groups) * size == c.gpus and all(len(g) == size for g in groups)
     assert got["microbatches"] == global_batch // (plan.dp * plan.microbatch)

@@ -63,3 +63,20 @@ def test_bad_input_fails_before_any_process_starts(kwargs, message, no_launch):
     with pytest.raises(ValueError) as err:
         run_expert_parallel(**kwargs)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")  # megatron.core without TE/Apex
+def test_eight_ranks_ep_4_by_dp_2_on_megatrons_groups_with_every_groups_bytes_as_planned():
+    """The largest grid the course runs (8 processes): exact, each group's bytes as the plan says (the all-to-all
+    in each ep group, the expert gradients over the expert-dp group, the router's over all 8), on the groups
+    Megatron-LM's two rank generators make (experts: "tp-ep-dp-pp"; dense: dp = ep · dp)."""
+    from megatron.core.parallel_state import RankGenerator
+    res = run_expert_parallel(world_size=8, dp=2, experts=8, top_k=2, capacity_factor=1.0, tokens=8)
+    assert_exact_and_as_planned(res)
+    assert res["bytes_sent_by_group"] == res["plan_bytes_by_group"]
+    assert all(b > 0 for k, row in res["bytes_sent_by_group"].items() for b in row)
+    experts = RankGenerator(tp=1, ep=4, dp=2, pp=1, cp=1, order="tp-cp-ep-dp-pp")
+    dense = RankGenerator(tp=1, ep=1, dp=8, pp=1, cp=1, order="tp-cp-ep-dp-pp")
+    as_tuples = lambda groups: sorted(tuple(g) for g in groups)  # noqa: E731 — a one-line helper for the assert
+    assert res["groups"] == {"ep": as_tuples(experts.get_ranks("ep")), "expert dp": as_tuples(experts.get_ranks("dp")),
+                             "dense dp": as_tuples(dense.get_ranks("dp"))}

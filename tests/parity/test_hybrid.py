@@ -3,7 +3,8 @@
 after the last equal one process's within 1e-5, every group carries exactly the bytes the model
 predicts, and every rank holds exactly the model states the memory model predicts. And the run is
 described once: `simlab run hybrid` (or its first name, `run 3d`) builds one `HybridRun`, checks it once, and
-hands that very spec to the workers."""
+hands that very spec to the workers. Lesson 7's context parallelism runs in the same spec (`cp`): each sequence split
+over the CP group, gradients over dp-cp, Megatron's groups, CP's bytes the model's too."""
 import inspect
 import itertools
 
@@ -42,6 +43,49 @@ def test_every_grid_trains_like_one_process_with_the_predicted_bytes_and_memory(
         assert run["world_size"] == dp * pp * tp and len(run["losses"]) == 2
         assert {kind: len(groups) for kind, groups in run["groups"].items()} == {
             "tp": dp * pp, "dp": pp * tp, "pp": dp * tp}
+
+
+CP_CASES = [  # (tp, cp, dp, pp, variants): 8 ranks each; every way K,V travel, ZeRO-1 over dp-cp, a pipeline
+    (2, 2, 2, 1, ({"zero": 1}, {"cp_comm": "all-gather-kv"}, {"cp_comm": "ulysses"})),
+    (1, 2, 2, 2, ({"zero": 1}, {"schedule": "interleaved", "chunks": 2})),
+    (1, 4, 2, 1, ({"zero": 1}, {"cp_comm": "all-gather-kv"})),
+]
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")  # megatron.core without TE/Apex
+@pytest.mark.parametrize("tp, cp, dp, pp, more", CP_CASES, ids=[f"tp{c[0]}-cp{c[1]}-dp{c[2]}-pp{c[3]}" for c in CP_CASES])
+def test_context_parallel_trains_like_one_process_with_the_predicted_bytes_on_megatrons_groups(tp, cp, dp, pp, more):
+    """Lesson 7's CP inside the 3-D run: each rank holds the zig-zag positions of its CP coordinate, attention runs
+    over the CP group, gradients are reduced (and ZeRO-1 shards) over dp-cp; every byte on every group, CP's
+    too, is `hybrid_traffic`'s, and the groups are Megatron-LM's own (its RankGenerator)."""
+    from megatron.core.parallel_state import RankGenerator
+    res = run_hybrid(tp=tp, cp=cp, dp=dp, pp=pp, steps=2, variants=more)
+    megatron = RankGenerator(tp=tp, ep=1, dp=dp, pp=pp, cp=cp, order="tp-cp-ep-dp-pp")
+    for run in [res] + res["variants"]:
+        what = run["config"]
+        assert run["max_abs_diff_vs_reference"] <= TOL, what
+        assert run["max_abs_diff_across_replicas"] == 0.0, what  # every (dp, cp) rank holds the same weights
+        assert run["bytes_sent_per_group"] == run["predicted_bytes_per_group"], what
+        assert min(run["bytes_sent_per_group"]["cp"]) > 0, what
+        assert run["measured_memory_per_rank"] == run["predicted_memory_per_rank"], what
+        assert run["groups"] == {name: megatron.get_ranks(name) for name in ("tp", "dp", "pp", "cp", "dp-cp")}
+        assert run["world_size"] == 8 and len(run["losses"]) == 2
+
+
+def test_gradients_reduced_over_dp_alone_are_caught(monkeypatch):
+    """Each CP rank's gradients are a part of its replica's: leave the dp-cp group out and the CP ranks drift."""
+    real = P.new_groups
+    monkeypatch.setattr(P, "new_groups", lambda mesh, joint=(): real(mesh))  # forked ranks inherit it
+    res = run_hybrid(tp=1, cp=2, dp=1, pp=1, steps=2)
+    assert res["max_abs_diff_vs_reference"] > 1e-3 and res["max_abs_diff_across_replicas"] > 0
+
+
+def test_tokens_at_positions_other_than_the_layouts_are_caught(monkeypatch):
+    """The ranks must hold the zig-zag chunks the causal ring assumes: contiguous blocks instead break the mask."""
+    from simlab.sim.context_parallel import positions
+    monkeypatch.setattr(P, "positions", lambda rank, n, seq: positions(rank, n, seq, layout="contiguous"))
+    res = run_hybrid(tp=1, cp=2, dp=1, pp=1, steps=2)
+    assert res["max_abs_diff_vs_reference"] > 1e-3
 
 
 def test_zero_1_shards_the_optimizer_state():
@@ -110,6 +154,23 @@ def test_simlab_run_hybrid_builds_and_checks_the_run_once_and_hands_that_spec_to
     assert (spec.plan.tp, spec.plan.dp, spec.plan.pp, spec.steps, spec.backend) == (2, 1, 1, 1, "gloo")
     assert checked == [(2, "gloo", 120.0, 0)]  # the backend, resolved once
     assert launched == [(P.train_hybrid, 2, (spec,), {"backend": "gloo", "timeout": 120.0})]
+
+
+def test_simlab_run_hybrid_splits_the_sequence_with_cp(monkeypatch):
+    from simlab.cli import main
+    launched = []
+
+    def fake_launch(fn, world_size, spec, **kwargs):
+        launched.append(spec)
+        raise Stop
+
+    monkeypatch.setattr(P, "launch", fake_launch)
+    with pytest.raises(Stop):
+        main(["run", "hybrid", "--cp", "2", "--dp", "2", "--cp-comm", "all-gather-kv", "--steps", "1",
+              "--backend", "gloo"])
+    (spec,) = launched
+    assert (spec.plan.tp, spec.plan.cp, spec.plan.dp, spec.plan.pp, spec.plan.cp_comm, spec.world_size) == (
+        1, 2, 2, 1, "all-gather-kv", 4)
 
 
 def test_simlab_run_hybrid_refuses_the_memory_the_spec_computes(monkeypatch, capsys, no_launch):

@@ -173,3 +173,84 @@ def test_search_and_by_family_on_one_question_evaluate_the_plans_once(monkeypatc
         mem["total"][0] = 0.0
     advisor.search(model, c, 128)
     assert calls == [64, 128]
+
+
+# ---- lesson 7: context parallelism and experts in the search ------------------------------------------------------
+
+LONG = PRESETS["llama3-8b"].with_(seq=32768)
+TINY_MOE = Transformer("tiny-moe", 4, 512, 8, seq=1024, vocab=1000, experts=6, top_k=2)
+
+
+def test_cp_is_every_split_of_the_sequence_into_2cp_chunks_and_ulysses_needs_whole_heads():
+    h100 = cluster("h100-80gb", gpus=8)
+    assert set(candidates(LONG, h100, 8, {}).cp.tolist()) == {1, 2, 4, 8}
+    short = Transformer("seq-24", 2, 64, 4, seq=24, vocab=100, kv_heads=2)
+    assert set(candidates(short, h100, 8, {}).cp.tolist()) == {1, 2, 4}  # 24 = 2·cp chunks: cp 8 would need 16 | 24
+    k = candidates(short, h100, 8, {}, cp_comm="ulysses")  # 2 K/V heads: tp·cp must divide them
+    assert set(np.unique((k.tp * k.cp)[k.cp > 1])) == {2} and set(k.cp.tolist()) == {1, 2}
+
+
+def test_ep_divides_the_dp_group_and_the_experts_and_a_dense_model_has_none():
+    k = candidates(TINY_MOE, cluster(gpus=8), 8, {})
+    assert set(k.ep.tolist()) == {1, 2} and (k.dp % k.ep == 0).all()  # 6 experts, dp a divisor of 8: ep 1 or 2
+    assert (TINY_MOE.experts % k.ep == 0).all() and set(candidates(GPT2, cluster(gpus=8), 8, {}).ep.tolist()) == {1}
+
+
+def test_every_candidate_is_a_plan_that_can_run():
+    from simlab.sim.advisor import config
+    from simlab.sim.hybrid import check_plan
+    for model, c, batch in ((LONG, cluster("h100-80gb", gpus=8), 8), (TINY_MOE, cluster(gpus=8), 8)):
+        k = candidates(model, c, batch, {}, cp_comm="ulysses", capacity=1.25 if model.experts else 0.0)
+        for i in range(0, len(k.tp), 37):
+            check_plan(model, Plan(**config(k, i, model)), c.gpus, batch)  # raises if the space holds a bad plan
+
+
+def test_cp_and_ep_are_constraints_and_the_settings_are_checked_in_one_line():
+    h100 = cluster("h100-80gb", gpus=8)
+    r = search(LONG, h100, 8, cp=2)
+    assert all(x["config"]["cp"] == 2 for x in r["candidates"])
+    assert all(x["config"]["ep"] == 2 for x in search(TINY_MOE, cluster(gpus=8), 8, ep=2)["candidates"])
+    for kwargs, message in ((dict(cp=0), "cp=0"), (dict(cp_comm="star"), "cp_comm='star'"),
+                            (dict(capacity=float("nan")), "capacity=nan"), (dict(capacity=1.25), "capacity=1.25")):
+        with pytest.raises(ValueError, match=message):
+            search(LONG, h100, 8, **kwargs)  # capacity=1.25: a dense model routes nothing
+
+
+def test_families_name_cp_and_ep_in_megatrons_order():
+    assert family({"tp": 2, "cp": 4, "pp": 2, "dp": 2, "zero": 1, "offload": False}) == "TP+CP+PP+DP+ZeRO-1"
+    assert family({"tp": 1, "pp": 1, "dp": 8, "ep": 8, "zero": 0, "offload": False}) == "DP+EP"
+    assert family({"tp": 1, "cp": 8, "pp": 1, "dp": 1, "zero": 3, "offload": False}) == "CP+ZeRO-3"  # over dp·cp
+
+
+def test_only_plans_that_fit_are_timed_and_each_family_keeps_its_least_hungry():
+    from simlab.sim.advisor_explain import family_codes
+    model, c = LONG, cluster("h100-80gb", gpus=8)
+    k = candidates(model, c, 8, {})
+    mem, time, fits = evaluate(model, c, 8, k, "mixed")
+    timed = ~np.isnan(time["step_seconds"])
+    assert (timed >= fits).all() and (~fits).any()
+    codes, _names = family_codes(k)
+    for code in np.unique(codes):
+        members = np.flatnonzero(codes == code)
+        assert timed[members[np.argmin(mem["total"][members])]]
+
+
+def test_the_cp_line_says_what_the_plans_without_cp_cost():
+    """The explanation's CP line is the best plan against the search with cp fixed at 1: a separate search."""
+    model, c = LONG.with_(seq=131072), cluster("h100-80gb", gpus=8)
+    r = search(model, c, 8)
+    line = next(x for x in r["explanation"] if x.startswith("CP"))
+    sides = [1] if r["best"]["config"]["cp"] > 1 else [2, 4, 8]  # the other side: without CP, or with it
+    rival = min((search(model, c, 8, cp=cp)["best"] for cp in sides), key=lambda x: x["step_seconds"])
+    assert f"{rival['step_seconds'] / r['best']['step_seconds']:.2f}×" in line
+
+
+def test_the_lesson_7_line_for_a_side_that_does_not_fit_names_its_largest_part():
+    from simlab.sim.advisor_explain import _lesson7_line
+    mem = {"total": np.array([60e9, 90e9]), "params": np.array([10e9, 10e9]), "grads": np.array([5e9, 5e9]),
+           "optimizer": np.array([5e9, 5e9]), "activations": np.array([40e9, 70e9])}
+    time = {"step_seconds": np.array([1.0, np.nan]), "breakdown": {"compute": np.array([1.0, np.nan])}}
+    best = {"config": {"cp": 4}, "step_seconds": 1.0, "breakdown": {"compute": 1.0}}
+    line = _lesson7_line("CP", np.array([True, False]), 131072, best, mem, time, np.array([True, False]), 79e9)
+    assert line == ("CP wins (cp 4): without it nothing fits — the least any plan needs is 90 GB per GPU, 70 GB of it "
+                    "activations (seq 131072), > 79 GB usable")

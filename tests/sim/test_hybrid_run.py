@@ -113,3 +113,63 @@ def test_any_size_a_user_can_type_gives_a_number_not_an_overflow():
     assert math.isfinite(huge.machine_bytes()) and huge.machine_bytes() > 1e70
     assert huge.machine_bytes() > HybridRun.build(tp=1, dp=2, pp=1, hidden=2**62, heads=2).machine_bytes()
 
+
+
+def test_context_parallelism_splits_each_sequence_over_a_cp_group_in_megatrons_order():
+    run = HybridRun.build(tp=2, cp=2, dp=2, pp=1)
+    assert run.world_size == 8 and run.mesh == Mesh(pp=1, dp=2, cp=2, tp=2)
+    assert run.mesh.groups("cp") == [(0, 2), (1, 3), (4, 6), (5, 7)]  # tp fastest, then cp
+    assert run.model.seq == 8 and HybridRun.build(tp=1, cp=4, dp=2, pp=1).model.seq == 16  # 2·cp chunks of 2
+    # the ring computes tile by tile with an online softmax, keeping the log-sum-exp: flash attention's memory
+    assert run.plan.attention == "flash" and HybridRun.build(tp=2, dp=2, pp=1).plan.attention == "eager"
+    assert HybridRun.build(tp=1, cp=2, dp=1, pp=1, variants=({"cp_comm": "ulysses"},)).plans[1].cp_comm == "ulysses"
+    result = {"config": run.plan.to_dict(), "model": run.sizes(), "global_batch": run.global_batch, "backend": "gloo"}
+    assert HybridRun.from_result(result) == dataclasses.replace(run, backend="gloo")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(tp=1, cp=2, dp=1, pp=1, world_size=4), "world_size=4: must be tp × cp × dp × pp = 1 × 2 × 1 × 1"),
+    (dict(tp=1, cp=3, dp=1, pp=1, seq=8), "cp=3: the sequence seq=8 must split into 2·cp = 6 equal chunks"),
+    (dict(tp=1, cp=4, dp=1, pp=1, cp_comm="ulysses"), "cp=4: Ulysses needs heads=2 divisible by tp·cp = 4"),
+    (dict(tp=1, cp=2, dp=1, pp=1, cp_comm="p2p"), "cp_comm='p2p'"),
+    (dict(cp=0), "cp=0: must be >= 1"),
+])
+def test_bad_context_parallel_knobs_are_refused_in_one_line(kwargs, message):
+    with pytest.raises(ValueError) as err:
+        HybridRun.build(**kwargs)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_executor_has_no_experts():
+    run = HybridRun.build(tp=1, dp=2, pp=1)
+    moe = run.model.with_(experts=2)
+    with pytest.raises(ValueError, match="plan=.*no experts"):
+        dataclasses.replace(run, model=moe, plan=run.plan.with_(ep=2))
+
+
+@pytest.mark.parametrize("tp, cp, dp, pp, zero", [(2, 2, 2, 1, 0), (1, 2, 2, 2, 1), (1, 4, 2, 1, 0), (2, 4, 1, 1, 1),
+                                                  (1, 2, 3, 2, 1)])
+def test_context_parallel_bytes_in_closed_form(tp, cp, dp, pp, zero):
+    """Per rank: TP and PP move the (b, s/cp, h) activations of a cp = 1 run on sequences s/cp long; DP's
+    reduction runs over dp·cp ranks, as a cp = 1 run's over dp' = dp·cp; the ring moves, per layer and
+    micro-batch, (N−1) K,V blocks forward, (N−1) back and N of dK,dV: (3N − 2)·B, B = 2·b·(s/N)·(a/t)·(h/a)·4
+    bytes (the rank's K and V of its TP share of the heads)."""
+    from simlab.sim.hybrid_traffic import bytes_per_rank, rank_states
+    run = HybridRun.build(tp=tp, cp=cp, dp=dp, pp=pp, zero=zero)
+    m, plan, batch = run.model, run.plan, run.global_batch
+    got = bytes_per_rank(m, plan, batch)
+    short = bytes_per_rank(m.with_(seq=m.seq // cp), Plan(tp=tp, dp=dp, pp=pp, microbatch=2, zero=zero), batch)
+    wide = bytes_per_rank(m, Plan(tp=tp, dp=dp * cp, pp=pp, microbatch=2, zero=zero), batch * cp)
+    mesh, wide_mesh = run.mesh, Mesh(pp=pp, dp=dp * cp, tp=tp)
+    for rank in range(run.world_size):
+        at = {d: mesh.index_of(d, rank) for d in ("pp", "dp", "cp", "tp")}
+        same = wide_mesh.rank_of(at["pp"], at["dp"] * cp + at["cp"], at["tp"])  # its place in the dp-cp group
+        assert got["tp"][rank] == short["tp"][rank % tp + tp * (rank // (tp * cp))]
+        assert got["pp"][rank] == short["pp"][rank % tp + tp * (rank // (tp * cp))]
+        assert got["dp"][rank] == wide["dp"][same]
+    block = 2 * plan.microbatch * (m.seq // cp) * (m.heads // tp) * (m.hidden // m.heads) * 4
+    layers = m.layers // pp
+    assert got["cp"] == [run.microbatches * layers * (3 * cp - 2) * block] * run.world_size
+    states = rank_states(m, plan, 0)
+    assert states == rank_states(m, Plan(tp=tp, dp=dp * cp, pp=pp, microbatch=2, zero=zero), 0)
+    assert "cp" not in bytes_per_rank(m.with_(seq=8), Plan(tp=tp, dp=dp, pp=pp, microbatch=2), batch)

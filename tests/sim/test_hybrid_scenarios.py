@@ -65,7 +65,8 @@ def test_by_family_is_the_fastest_fitting_member_or_the_smallest():
     for name, plan in out.items():
         members = [i for i in range(len(k.tp)) if name == family(
             {"tp": int(k.tp[i]), "pp": int(k.pp[i]), "dp": int(k.dp[i]), "zero": int(k.zero[i]),
-             "offload": bool(k.offload[i]), "shard": int(k.shard[i]) if k.zero[i] else 0})]
+             "offload": bool(k.offload[i]), "shard": int(k.shard[i]) if k.zero[i] else 0, "cp": int(k.cp[i]),
+             "ep": int(k.ep[i])})]
         fitting = [i for i in members if fits[i]]
         if fitting:
             assert plan["fits"] and plan["step_seconds"] == pytest.approx(min(time["step_seconds"][fitting]))
@@ -123,7 +124,8 @@ def test_gather_units_re_count_only_the_gathered_unit():
     from simlab.sim.hybrid_scenarios import gather_units, largest_matrix
     s = BY_KEY["node-layer-too-big"]
     rows = {r["unit"]: r for r in gather_units(s)}
-    plans = search(s.model, s.cluster(), s.global_batch, tp=1, pp=1, zero=3, offload=False, top=10**6)["candidates"]
+    plans = search(s.model, s.cluster(), s.global_batch, tp=1, pp=1, zero=3, offload=False, cp=1,  # DP+ZeRO-3: 3-D
+                   top=10**6)["candidates"]
     plans = [p for p in plans if not p["config"]["shard"]]
     fewest = min(evaluate_plan(s.model, s.cluster(), s.global_batch, Plan(**p["config"]))["bytes_per_gpu"]["total"]
                  for p in plans)

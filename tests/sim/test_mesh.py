@@ -248,3 +248,41 @@ def test_simulator_side_does_not_import_torch():
             "('torch', 'matplotlib', 'ipywidgets') or m.startswith(('simlab.exec', 'simlab.render'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning", "ignore::DeprecationWarning")  # megatron.core without TE/Apex
+@pytest.mark.parametrize("sizes", [dict(dp=2, cp=2, tp=2), dict(pp=2, dp=2, cp=2), dict(cp=4, dp=2),
+                                   dict(pp=2, dp=3, cp=2, tp=2)], ids=str)  # Megatron's grids: cp or ep, not both
+@pytest.mark.parametrize("name", ["dp-cp", "tp-cp", "tp-dp-cp", "cp", "dp"])
+def test_joint_groups_are_megatrons(sizes, name):
+    """Megatron-LM's RankGenerator names a joint group by its dimensions ("dp-cp": the data-parallel group with
+    context parallelism, where gradients are reduced); ours hold the same ranks, and a one-name joint group is
+    that dimension's groups."""
+    from megatron.core.parallel_state import RankGenerator
+    mesh = Mesh(**sizes)
+    theirs = RankGenerator(**{d: getattr(mesh, d) for d in DIMS}, order="tp-cp-ep-dp-pp")
+    assert mesh.joint_groups(name) == sorted(tuple(g) for g in theirs.get_ranks(name))
+    if "-" not in name:
+        assert mesh.joint_groups(name) == mesh.groups(name)
+
+
+@pytest.mark.parametrize("cls, sizes", GRIDS, ids=IDS)
+def test_index_of_and_joint_groups_agree_with_the_definition(cls, sizes):
+    dims, size, ranks = reference(cls, sizes)
+    mesh = cls(**sizes)
+    for index, rank in ranks.items():
+        assert [mesh.index_of(d, rank) for d in dims] == list(index)
+    for a, b in itertools.combinations(dims, 2):  # a joint group: every rank sharing the other coordinates
+        groups = mesh.joint_groups(f"{a}-{b}")
+        assert sorted(r for g in groups for r in g) == list(range(mesh.world_size))
+        assert all(len(g) == size[a] * size[b] for g in groups)
+        for g in groups:
+            fixed = {tuple(i for i, d in zip(index, dims) if d not in (a, b)) for index, r in ranks.items() if r in g}
+            assert len(fixed) == 1
+
+
+@pytest.mark.parametrize("name", ["dp+cp", "dp-dp", "", "xp", None])
+def test_a_joint_group_of_unknown_dimensions_is_refused_in_one_line(name):
+    message = r"^name=.*: must be dimensions joined by '-', each one of tp, cp, ep, dp, pp$"
+    with pytest.raises(ValueError, match=message):
+        Mesh(dp=2, cp=2).joint_groups(name)
