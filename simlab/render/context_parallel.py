@@ -74,7 +74,7 @@ def ring_text(run, rank: int, row: int = -1) -> str:
     m_old, l_old, o_old = -np.inf, 0.0, 0.0
     for i in range(n):
         s = run.steps[i][rank]
-        m, l, o = _row_state(s, row)  # noqa: E741
+        m, l, o = _row_state(s, row)  # noqa: E741 — the paper's names (m, l, O)
         head = _("step {i}: K,V of rank {src} (tokens {tokens}), {pairs} pairs scored").format(
             i=i, src=s.kv_from, tokens=token_ranges(run.positions[s.kv_from]), pairs=s.pairs)
         if m == m_old and l == l_old:  # the row met no key in this block: the causal mask hid all of it

@@ -25,7 +25,7 @@ import collections
 import numpy as np
 
 from .._checks import check_choice, check_int, check_number
-from .advisor_explain import explain, family, family_codes, lesson7_lines, rejections, representative  # noqa: F401
+from .advisor_explain import explain, family, family_codes, lesson7_lines, rejections, representative  # noqa: F401 — the advisor's API too
 from .advisor_explain import families as family_names
 from .advisor_space import _divisors, candidates, stage_layers  # noqa: F401 — `candidates`: advisor's API too
 from .gpus import check_precision

@@ -105,7 +105,7 @@ NETWORK_SWEEP = (25.0, 50.0, 100.0, 200.0, 400.0, 800.0, 1600.0, 3200.0)  # Gbit
 # ZeRO with replicas: section 4.2's 18.4B model (it fits one node sharded) on 4 nodes
 HSDP_CASE = Scenario("hsdp", "多机多GPU", "", "", PRESETS["megatron-18.4b-2021"], "a100-80gb", 32, 128)
 HSDP_NETWORKS = (100.0, 400.0, 1600.0)
-PURE_ZERO3 = lambda k: THREE_D(k) & (k.tp == 1) & (k.pp == 1) & (k.zero == 3) & (k.offload == 0)  # noqa: E731
+PURE_ZERO3 = lambda k: THREE_D(k) & (k.tp == 1) & (k.pp == 1) & (k.zero == 3) & (k.offload == 0)  # noqa: E731 — a mask, beside the dicts of masks
 HSDP = {"ZeRO-3": lambda k: PURE_ZERO3(k) & (k.shard == k.dp),
         "ZeRO-3 (HSDP)": lambda k: PURE_ZERO3(k) & (k.shard < k.dp)}
 

@@ -27,18 +27,18 @@ from simlab.render.context_parallel import (  # noqa: E402 — after matplotlib.
     variants_text,
     work_text,
 )
-from simlab.render.context_parallel_scene import ring_scene, variants_scene, work_scene  # noqa: E402
-from simlab.render.context_parallel_widgets import (  # noqa: E402
+from simlab.render.context_parallel_scene import ring_scene, variants_scene, work_scene  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.context_parallel_widgets import (  # noqa: E402 — after matplotlib.use("Agg")
     CP_SIZES,
     SEQUENCES,
     explorer,
     ring_player,
 )
-from simlab.render.style import MIN_FONT  # noqa: E402
-from simlab.sim.context_parallel import busy_steps, imbalance, positions, work_per_rank  # noqa: E402
-from simlab.sim.context_parallel_costs import compare, costs  # noqa: E402
-from simlab.sim.context_parallel_online import attention, ring_attention  # noqa: E402
-from simlab.trace import Trace  # noqa: E402
+from simlab.render.style import MIN_FONT  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.context_parallel import busy_steps, imbalance, positions, work_per_rank  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.context_parallel_costs import compare, costs  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.context_parallel_online import attention, ring_attention  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.trace import Trace  # noqa: E402 — after matplotlib.use("Agg")
 
 from .test_collectives_figures import _font_sizes  # noqa: E402 — every word of a figure, as lesson 1 measures it
 from .widget_checks import off_grid  # noqa: E402 — tests/render's helper
