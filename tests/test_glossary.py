@@ -127,9 +127,10 @@ VARIANTS = {
     "挂钟": ("wall-clock time (a real run's)", "墙钟时间"),
     "通道": ("lane", "泳道"),
     "会合": ("rendezvous", "汇合"),
-    r"(?<![\w`/.-])trace(?![\w`-])": ("trace (Perfetto)", "追踪记录"),
+    r"(?<![\w`/.{-])trace(?![\w`}-])": ("trace (Perfetto)", "追踪记录"),  # {trace}: a field's name
     r"(?<![\w`/._])advisor(?![\w`_])": ("the advisor (`simlab plan`)", "策略顾问"),
     r"(?<![\w`/._{])blocks?(?![\w`_}])": ("block (a transformer layer, an MLP or attention under TP)", "模块"),
+    "全对全": ("all-to-all", "全交换"),
     "逐个阶段|几个阶段": ("phase (of a DP step)", "环节"),  # a pipeline's 前一个阶段 is its stage
 }
 CJK_CHAR = re.compile(r"[\u4e00-\u9fff]")
@@ -182,9 +183,10 @@ def test_no_chinese_text_uses_a_variant_the_glossary_replaces(variant):
     ("挂钟", "真实的挂钟时间"),
     ("通道", "每个设备有一条计算通道"),
     ("会合", "各 rank 在键值存储处会合"),
-    (r"(?<![\w`/.-])trace(?![\w`-])", "下载真实 trace 的链接"),
+    (r"(?<![\w`/.{-])trace(?![\w`}-])", "下载真实 trace 的链接"),
     (r"(?<![\w`/._])advisor(?![\w`_])", "与 advisor 的最佳方案打平"),
     (r"(?<![\w`/._{])blocks?(?![\w`_}])", "每个 block 对一个张量做全归约"),
+    ("全对全", "专家的全对全"),
     ("逐个阶段|几个阶段", "一步 DP，逐个阶段看"),
 ])
 def test_each_variant_the_review_found_is_caught(variant, text):

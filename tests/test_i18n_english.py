@@ -43,6 +43,8 @@ KEPT = {
     # lesson 5b: the attention kernels a learner types (attention="eager"), and the layer's ops and dtypes as torch
     # names them, which Chinese texts keep in Latin letters too
     "eager", "flash", "dropout", "softmax", "dtype",
+    # lesson 7: the online softmax's log-sum-exp, as the code and FlashAttention name it
+    "logsumexp",
     # names: models, papers, hardware, frameworks
     "Rajbhandari", "Korthikanti", "Narayanan", "et", "al", "Table", "Figure", "Megatron", "DeepSpeed",
     "torchtitan", "Llama", "NVLink", "PCIe", "InfiniBand", "Ethernet", "Perfetto", "Adam", "GeLU", "Offload",
@@ -55,6 +57,7 @@ PROGRAM_TEXT = {
     ("notebooks/zh/06_choosing_a_strategy.ipynb", "l6-export-megatron"): "a bash launch script for Megatron-LM",
     ("notebooks/zh/06_choosing_a_strategy.ipynb", "l6-export-deepspeed"): "a DeepSpeed JSON config and command",
     ("notebooks/zh/06_choosing_a_strategy.ipynb", "l6-export-torchtitan"): "a torchtitan Python config",
+    ("notebooks/zh/07_long_sequences_and_experts.ipynb", "l7-export"): "a bash launch script for Megatron-LM",
 }
 FOLDERS = ("notebooks/zh", "solutions/zh", "exercises/zh")
 

@@ -57,7 +57,7 @@ def test_the_chinese_lesson_0_grades_the_chinese_exercises():
 
 def test_a_chinese_exercise_stub_says_what_to_do_in_chinese():
     stubs = {path.name: path.read_text(encoding="utf-8") for path in (ROOT / "exercises/zh").glob("*.ipynb")}
-    assert len(stubs) == 7  # one per graded lesson: 1–6 and 5b
+    assert len(stubs) == 8  # one per graded lesson: 1–7 and 5b
     for name, text in stubs.items():
         assert "exercise: write your answer here" not in text, name
     assert sum(text.count("练习：请在这里写下你的答案") for text in stubs.values()) >= 20

@@ -36,6 +36,18 @@ def _config_row(i: int, plan: dict) -> list[str]:
             f"{plan['step_seconds']:.4g}", f"{plan['mfu']:.1%}"]
 
 
+def _with_lesson7(table: list[list[str]], shown: list[dict]) -> list[list[str]]:
+    """Lesson 7's columns, cp (with how K,V move) and ep, after dp — only where a shown plan splits that way, so
+    lesson 6's tables keep their columns."""
+    for key, head in (("ep", "ep"), ("cp", "cp")):
+        if any(p["config"].get(key, 1) > 1 for p in shown):
+            cells = [str(p["config"][key]) + (f" {p['config']['cp_comm']}" if key == "cp" and p["config"]["cp"] > 1
+                                               else "") for p in shown]
+            for row, cell in zip(table, [head] + cells):
+                row.insert(4, cell)
+    return table
+
+
 def advisor_text(result: dict, top: int = 5, max_reasons: int = 8) -> str:
     """`advisor.search`'s verdict as fixed-width text: its `top` best plans (best first), why it chose the
     best (and which families tie with it within the model's error, and what would decide), its notes, and what
@@ -45,9 +57,10 @@ def advisor_text(result: dict, top: int = 5, max_reasons: int = 8) -> str:
     rejected = sum(result["rejected"].values())
     lines = [_("{plans} plans evaluated, {rejected} rejected").format(plans=result["plans"], rejected=rejected)
              + (_("; the {n} fastest that fit:").format(n=len(shown)) if shown else _(": no plan fits"))]
-    table = [list(COLUMNS)] + [_config_row(i, p) for i, p in enumerate(shown, 1)]
-    widths = [max(len(row[c]) for row in table) for c in range(len(COLUMNS))]
-    lines += ["  ".join(v.ljust(w) if COLUMNS[c] in TEXT_COLUMNS else v.rjust(w)
+    table = _with_lesson7([list(COLUMNS)] + [_config_row(i, p) for i, p in enumerate(shown, 1)], shown)
+    heads = table[0]
+    widths = [max(len(row[c]) for row in table) for c in range(len(heads))]
+    lines += ["  ".join(v.ljust(w) if heads[c] in TEXT_COLUMNS | {"cp"} else v.rjust(w)
                         for c, (v, w) in enumerate(zip(row, widths))).rstrip() for row in table if shown]
     # the explanation, ties, notes and reasons are the simulator's Messages: said here in the reader's language
     lines += [_("why:")] + [f"  {_(line)}" for line in result["explanation"]]

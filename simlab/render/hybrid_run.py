@@ -32,6 +32,11 @@ TOLERANCE = 1e-5  # the parity promise: losses and parameters within this of one
 def _header(result: dict) -> str:
     c = result["config"]
     schedule = _("interleaved 1F1B") + f" (v={c['chunks']})" if c["schedule"] == "interleaved" else "1F1B"
+    if c.get("cp", 1) > 1:  # lesson 7: the sequence split too
+        return _("dp={dp} × cp={cp} ({how}) × pp={pp} × tp={tp} = {n} processes ({backend}), {schedule}, "
+                 "ZeRO-1 {on_off}").format(dp=c["dp"], cp=c["cp"], how=c["cp_comm"], pp=c["pp"], tp=c["tp"],
+                                           n=result["world_size"], backend=result["backend"], schedule=schedule,
+                                           on_off=_("on") if c["zero"] else _("off"))
     return _("dp={dp} × pp={pp} × tp={tp} = {n} processes ({backend}), {schedule}, ZeRO-1 {on_off}").format(
         dp=c["dp"], pp=c["pp"], tp=c["tp"], n=result["world_size"], backend=result["backend"], schedule=schedule,
         on_off=_("on") if c["zero"] else _("off"))
@@ -41,17 +46,19 @@ def run_text(result: dict) -> str:
     """What the run proves, in numbers that are the same every time it runs."""
     ok = {True: "✓", False: "✗"}
     diff = result["max_abs_diff_vs_reference"]
+    kinds = KINDS + tuple(k for k in ("cp", "dp-cp") if k in result["groups"])  # lesson 7's, where it splits s
     lines = [_header(result)]
     lines += ["  " + _("{kind} groups:").format(kind=kind) + " "
-              + " ".join("[" + " ".join(map(str, g)) + "]" for g in result["groups"][kind]) for kind in KINDS]
+              + " ".join("[" + " ".join(map(str, g)) + "]" for g in result["groups"][kind]) for kind in kinds]
+    kinds = tuple(k for k in kinds if k in result["bytes_sent_per_group"])
     lines.append(_("loss per step, mean over replicas: {losses}   one process: {reference}").format(
         losses=", ".join(f"{loss:.4f}" for loss in result["losses"]),
         reference=", ".join(f"{loss:.4f}" for loss in result["reference_losses"])))
     lines.append(_("losses and every parameter after the last step within {tolerance} of one process: {ok}").format(
         tolerance=f"{TOLERANCE:g}", ok=ok[diff <= TOLERANCE]))
     measured, predicted = result["bytes_sent_per_group"], result["predicted_bytes_per_group"]
-    rows = [{"rank": r, **{_("{kind} bytes").format(kind=k): measured[k][r] for k in KINDS},
-             _("= model"): ok[all(measured[k][r] == predicted[k][r] for k in KINDS)]}
+    rows = [{"rank": r, **{_("{kind} bytes").format(kind=k): measured[k][r] for k in kinds},
+             _("= model"): ok[all(measured[k][r] == predicted[k][r] for k in kinds)]}
             for r in range(result["world_size"])]
     lines += [_("bytes each rank sent per step, on each kind of group (measured; the model predicts the same):"),
               rows_table(rows)]
