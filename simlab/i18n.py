@@ -160,8 +160,9 @@ def use_cjk_font() -> str | None:
     family = next((f for f in CJK_FAMILIES if f in names), "")
     _state["font"] = family
     if family:
-        # the collection has one weight: bold text logs "Failed to find font weight bold for <it>" on every
-        # new size, though the regular weight it falls back to is what we want: drop that one message
+        _add_bold_face(font_manager, family)
+        # without a bold face (the PyPI collection has one weight) bold text logs "Failed to find font weight
+        # bold for <it>" on every new size, and falls back to the regular weight: drop that one message
         logging.getLogger("matplotlib.font_manager").addFilter(
             lambda record: not ("Failed to find font weight" in record.getMessage() and family in record.getMessage()))
         current = rcParams["font.family"]
@@ -171,3 +172,18 @@ def use_cjk_font() -> str | None:
         warnings.warn("no CJK font found, Chinese in figures will be missing: pip install noto-cjk-sans-otc",
                       stacklevel=3)
     return family or None
+
+
+def _add_bold_face(font_manager, family: str) -> None:
+    """Bold Chinese in bold: the PyPI collection has one weight, so register the bold face of a CJK sans-serif
+    the system has (Debian's fonts-noto-cjk: NotoSansCJK-Bold.ttc, whose faces include Noto Sans CJK SC Bold)."""
+    def has_bold() -> bool:
+        return any(f.name == family and f.weight in (700, "bold") for f in font_manager.fontManager.ttflist)
+    if has_bold():
+        return
+    for path in font_manager.findSystemFonts():
+        name = Path(path).name
+        if "Bold" in name and "Sans" in name and ("CJK" in name or "SourceHan" in name):
+            font_manager.fontManager.addfont(path)
+            if has_bold():
+                return

@@ -14,7 +14,9 @@ run as a callable by the notebook (render/ never imports exec/ or parity/).
 from __future__ import annotations
 
 import base64
+import hashlib
 import html
+import json
 import threading
 import time
 
@@ -56,6 +58,54 @@ def show_figure(image: w.Image, fig) -> None:
         image.value = png
         image.width = str(round(png_size(png)[0] / PIXEL_SCALE))  # CSS px: the natural size
         image.layout.display = None
+
+
+# the key of a figure's fingerprint in a notebook output's metadata, beside its image/png
+FINGERPRINT_KEY = "simlab/figure"
+
+
+def figure_fingerprint(fig) -> dict:
+    """What a figure says, as text: nbval compares text, not pictures, so a stored PNG carries this beside it and
+    tests/test_figures_current.py compares it with what the current code draws (a picture cannot go stale unseen).
+
+    "labels": titles, axis labels and legend entries (a figure's words: the same for a simulation and a real run);
+    "texts": the other texts and the tick labels; "extents": each axes' limits, 4 significant digits (the data
+    it shows); "sha": a digest of the three."""
+    from matplotlib.text import Text
+    fig.draw_without_rendering()  # tick labels are only set when the figure is laid out
+
+    def said(texts) -> list[str]:
+        return [t.get_text() for t in texts if isinstance(t, Text) and t.get_visible() and t.get_text().strip()]
+    labels = [s for s in (fig.get_suptitle(), fig.get_supxlabel(), fig.get_supylabel()) if s.strip()]
+    texts = [t for t in said(fig.texts) if t not in labels]  # fig.texts holds the suptitle too
+    extents = []
+    for ax in fig.axes:
+        legend = ax.get_legend()
+        labels += [s for s in (*(ax.get_title(loc) for loc in ("left", "center", "right")), ax.get_xlabel(),
+                               ax.get_ylabel()) if s.strip()]
+        labels += said([legend.get_title(), *legend.get_texts()] if legend else [])
+        texts += said(ax.texts) + (said(ax.get_xticklabels() + ax.get_yticklabels()) if ax.axison else [])
+        extents.append([float(f"{v:.4g}") for v in (*ax.get_xlim(), *ax.get_ylim())])
+    for legend in fig.legends:
+        labels += said([legend.get_title(), *legend.get_texts()])
+    seen = {"labels": labels, "texts": texts, "extents": extents}
+    digest = hashlib.sha256(json.dumps(seen, ensure_ascii=False, sort_keys=True).encode()).hexdigest()[:16]
+    return {**seen, "sha": digest}
+
+
+def fingerprint_displayed_figures() -> None:
+    """In a notebook, every Figure a cell shows carries `figure_fingerprint` in its output's metadata (under
+    FINGERPRINT_KEY): IPython's mime-bundle formatter adds it, the inline backend still draws the PNG."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    shell = get_ipython()
+    if shell is None:
+        return
+    from matplotlib.figure import Figure
+    # ({}, metadata): no data of its own, so the inline backend's formatters still give image/png and text/plain
+    shell.display_formatter.mimebundle_formatter.for_type(Figure, lambda fig: ({}, {FINGERPRINT_KEY: figure_fingerprint(fig)}))
 
 
 def readout_html(text: str) -> str:

@@ -6,7 +6,7 @@ other devices wait. In DDP, the all-reduce bars slide under the backward bars: t
 and whatever sticks out after backward is exposed. Any `Trace` works, simulated (model seconds) or
 real (wall seconds); a real trace's "send"/"recv" events go to the comm lane.
 
-- `draw_lanes(trace, world_size)`: a matplotlib Figure, one Rectangle per event.
+- `draw_lanes(trace, world_size)`: a matplotlib Figure, one Rectangle per event; `thin_labels` keeps its labels apart.
 - `draw_dp_vs_ddp(dp_result, ddp_result)`: the two strategies stacked on one time axis.
 - `lanes_text(trace, world_size)`: the same picture as fixed-width text, for nbval to compare.
 - `draw_lanes_sim_vs_real(sim, real, rank, step)`: one device's lanes, simulated (outlined) over measured
@@ -70,6 +70,7 @@ BAR_WORDS = {"fwd": N_("fwd"), "bwd": N_("bwd"), "loss": N_("loss"), "update": N
              "reduce grads": N_("reduce grads"), "all-reduce": N_("all-reduce")}
 LANES = ("compute", "comm")  # the gids and keys; shown through `_lane`
 LANE_HEIGHT = 0.42  # each device's row is 1 high: two lanes and a small gap
+BAR_LABEL = "bar label"  # the gid of a label drawn inside a bar (`thin_labels` hides those that collide)
 _BUCKET = re.compile(r"^all-reduce b(\d+)$")
 
 
@@ -136,6 +137,7 @@ def draw_lanes(trace, world_size: int, ax=None, title: str | None = None, span: 
     """One row per device (device 0 on top): compute bars above, comm bars below; returns the Figure.
     `span` fixes the time axis length in seconds, so several timelines can share it."""
     from matplotlib.patches import Patch, Rectangle
+    standalone = ax is None  # its own figure: thin the labels once it is drawn (else the caller does)
     ax = new_ax(ax, (10, 0.7 + _row_inches(world_size) * world_size))
     t0, span = _extent(trace, span)
     scale, unit = time_unit(span)
@@ -147,9 +149,9 @@ def draw_lanes(trace, world_size: int, ax=None, title: str | None = None, span: 
                                facecolor=_color(e), edgecolor="white", linewidth=0.6,
                                gid=f"r{e.rank} {lane}"))
         label = _label(e, span) if len(trace) <= 300 else None
-        if label:
-            ax.text((e.start - t0 + width / 2) * scale, y + LANE_HEIGHT / 2, label,
-                    ha="center", va="center", fontsize=MIN_FONT, color="white", clip_on=True)
+        if label:  # no part in the layout (it sits inside its bar): thin_labels measures it after layout
+            ax.text((e.start - t0 + width / 2) * scale, y + LANE_HEIGHT / 2, label, ha="center", va="center",
+                    fontsize=MIN_FONT, color="white", clip_on=True, gid=BAR_LABEL, in_layout=False)
     centres = [r - 0.45 + LANE_HEIGHT / 2 + k * (LANE_HEIGHT + 0.06)
                for r in range(world_size) for k in (0, 1)]
     ax.set_yticks(centres, [f"r{r} {_lane(lane)}" for r in range(world_size) for lane in LANES], fontsize=MIN_FONT)
@@ -166,7 +168,25 @@ def draw_lanes(trace, world_size: int, ax=None, title: str | None = None, span: 
     ax.spines[["top", "right"]].set_visible(False)
     if title:
         ax.set_title(title, fontsize=MIN_FONT + 1, loc="left")
+    if standalone:
+        thin_labels(ax.figure)
     return ax.figure
+
+
+def thin_labels(fig) -> None:
+    """Hide each bar label that, as drawn (measured after layout, in the order drawn), would overlap one kept or
+    leave the axes: a real run's bars overlap and crowd. Call it once the figure is complete."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    renderer = (fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)).get_renderer()
+    fig.draw_without_rendering()
+    for ax in fig.axes:
+        inside, kept = ax.get_window_extent(renderer), []
+        for text in (t for t in ax.texts if t.get_gid() == BAR_LABEL and t.get_visible()):
+            box = text.get_window_extent(renderer).padded(1)  # a pixel apart at least
+            if any(box.overlaps(other) for other in kept) or box.x0 < inside.x0 or box.x1 > inside.x1:
+                text.set_visible(False)
+            else:
+                kept.append(box)
 
 
 def _row_inches(world_size: int) -> float:
@@ -186,6 +206,7 @@ def draw_dp_vs_ddp(dp_result, ddp_result):
     draw_lanes(ddp_result.trace, n_ddp, ax=ax_ddp, span=span, title=ddp_title(ddp_result))
     ax_dp.set_xlabel("")
     ax_dp.tick_params(labelbottom=True)  # sharex hides them: both panels keep readable times
+    thin_labels(fig)
     return fig
 
 

@@ -23,7 +23,7 @@ from ..sim.hybrid import Plan
 from ..sim.hybrid_scenarios import Scenario
 from ..sim.hybrid_time import pipeline_trace
 from .chart import axis, line, rect, scene, text
-from .hybrid_plans import GB, NO_FIT, memory_layout, time_layout
+from .hybrid_plans import GB, MEMORY_NAMES, NO_FIT, memory_layout, time_layout, time_name
 from .pipeline_scene import gantt_scene
 from .style import CPU_COLOR, EDGE_GREY, INK, MEMORY_COLOR, PAPER, SOFT_INK, TIME_COLOR, display_width
 
@@ -80,7 +80,7 @@ def plan_memory_scene(plans: dict, gpu_memory: float, *, title: str = "", width:
                                   size=SMALL, color=SOFT_INK))
     usable = _("usable GPU memory ({gb} GB)").format(gb=f"{gpu_line:.3g}")
     marks.append(line([-0.5, n - 0.5], [gpu_line] * 2, INK, dash=True, width=1.2))
-    legend = [[part, color] for part, color in MEMORY_COLOR.items()]
+    legend = [[_(MEMORY_NAMES[part]), color] for part, color in MEMORY_COLOR.items()]
     legend += [[_("host (Offload)"), CPU_COLOR, "hatch"]] if has_cpu else []
     alt = [f"{name}: {total:.1f} GB" + ("" if p["fits"] else f" ({_('does not fit')})")
            for (name, p), total in zip(plans.items(), totals)]
@@ -111,7 +111,7 @@ def time_breakdown_scene(plans: dict, *, title: str = "", width: int = 540) -> d
         marks.append(text(min(tip, end * scale) + 0.01 * end * scale, i, totals[-1], anchor="start", size=SMALL,
                           halo=cut))
     ticks = [(i, name if p["fits"] else f"{name}\n({_('does not fit')})") for i, (name, p) in enumerate(plans.items())]
-    legend = [[part.replace("_", " "), TIME_COLOR.get(part, EDGE_GREY)] + (["hatch"] if part == "pp_bubble" else [])
+    legend = [[time_name(part), TIME_COLOR.get(part, EDGE_GREY)] + (["hatch"] if part == "pp_bubble" else [])
               for part in parts]
     return scene(marks, width=width, height=130 + 55 * n, title=title,
                  x=axis(0, right, _("time per step ({unit})").format(unit=unit)),

@@ -74,7 +74,7 @@ STAGE_FILL = ["#dbe9f6", "#e2f0d9", PALE_YELLOW, "#f3e0ef", "#e0f3f3", "#f6e3d5"
 MEMORY_COLOR = {**PART_COLOR, "activations": PURPLE}
 TIME_COLOR = {"compute": BLUE, "tp_comm": KIND_COLOR["tp"], "pp_p2p": KIND_COLOR["pp"], "pp_bubble": "#cdc3e3",
               "dp_comm": KIND_COLOR["dp"], "overlap": "#9fb7d9", "offload": CPU_COLOR,
-              "optimizer": PART_COLOR["optimizer"]}
+              "optimizer": PART_COLOR["optimizer"], "cp_comm": PINK, "ep_comm": BROWN}  # lesson 7's CP and EP too
 # lesson 5b: one step on one GPU. Model states as lesson 3's parts, the fp32 master copy and Adam's two moments
 # in greens (lesson 3's "optimizer" is the three together); activations in purples by what kind of tensor a term
 # is (the s² scores red: they are what flash and selective recomputation remove); what the GPU cannot give to

@@ -53,3 +53,27 @@ def test_setting_chinese_configures_the_font_once(family):
     i18n.set_language("zh")
     i18n.set_language("en")
     assert list(matplotlib.rcParams["font.family"]) == before  # idempotent: the family is appended once
+
+
+def ink(weight: str) -> int:
+    """Dark pixels of Chinese text drawn at `weight` (what a reader sees: bold is thicker)."""
+    import numpy as np
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    fig = Figure(figsize=(3, 0.6), dpi=100)
+    fig.text(0.02, 0.3, "最佳方案：流水线", fontsize=20, fontweight=weight)
+    canvas = FigureCanvasAgg(fig)
+    canvas.draw()
+    return int((np.asarray(canvas.buffer_rgba())[..., 0] < 128).sum())
+
+
+def test_bold_chinese_resolves_to_a_bold_cjk_face(family):
+    """Bold mixed lines (a plan named in bold, '最佳：TP+PP') draw their Chinese in bold: the CJK family's bold
+    face is registered (Debian's fonts-noto-cjk, which CI installs: .ci/run), not the one-weight PyPI collection's
+    regular face that bold used to fall back to."""
+    from matplotlib import font_manager
+    from matplotlib.font_manager import FontProperties
+    bold = font_manager.get_font(font_manager.findfont(FontProperties(family=family, weight="bold")))
+    regular = font_manager.get_font(font_manager.findfont(FontProperties(family=family)))
+    assert (bold.family_name, bold.style_name) == (family, "Bold")
+    assert (regular.family_name, regular.style_name) == (family, "Regular")
+    assert ink("bold") > 1.15 * ink("normal")  # and it shows: the bold strokes are thicker

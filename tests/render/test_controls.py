@@ -158,3 +158,44 @@ def test_frames_can_be_drawn_lazily_and_in_the_background_in_a_kernel(monkeypatc
     slow.set_frames([_fig(x=9)[0], _fig(x=8)[0]])  # replaced while (or after) drawing: only the new ones stay
     slow.wait(60)
     assert slow.count == 2 and len(slow.frames) == 2 and slow.frames[0] != first
+
+
+# ---- a figure's fingerprint: what it says, stored beside its picture ---------------------------------------
+
+def _labelled(title="memory", legend="params", ylim=(0, 80)):
+    fig, ax = _fig()
+    ax.plot([0, 1], [0, 1], label=legend)
+    ax.set_title(title)
+    ax.set_ylabel("GB per GPU")
+    ax.text(5, 5, "68.5")
+    ax.legend()
+    ax.set_ylim(*ylim)
+    return fig
+
+
+def test_a_fingerprint_holds_a_figures_words_and_extents():
+    from simlab.render.controls import figure_fingerprint
+    print_ = figure_fingerprint(_labelled())
+    assert print_["labels"] == ["memory", "GB per GPU", "params"]  # title, axis labels, legend entries
+    assert "68.5" in print_["texts"] and "80" in print_["texts"]  # the other texts and the tick labels
+    assert print_["extents"] == [[0.0, 10.0, 0.0, 80.0]]
+    assert figure_fingerprint(_labelled()) == print_  # deterministic
+    for changed in (_labelled(title="memory per GPU"), _labelled(legend="grads"), _labelled(ylim=(0, 90))):
+        assert figure_fingerprint(changed)["sha"] != print_["sha"]  # a word or the data shown: another digest
+
+
+def test_in_a_notebook_each_figure_shown_carries_its_fingerprint():
+    """IPython's display machinery (what a cell's last value goes through) adds it to the output's metadata,
+    beside the picture: no data of its own, so the PNG and the text form are what they were."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    from simlab.render.controls import FINGERPRINT_KEY, figure_fingerprint, fingerprint_displayed_figures
+    shell = InteractiveShell.instance()
+    try:
+        fingerprint_displayed_figures()
+        fig = _labelled()
+        data, metadata = shell.display_formatter.format(fig)
+        assert metadata[FINGERPRINT_KEY] == figure_fingerprint(fig)
+        assert "text/plain" in data and FINGERPRINT_KEY not in data
+    finally:
+        InteractiveShell.clear_instance()

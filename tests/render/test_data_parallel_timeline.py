@@ -11,7 +11,14 @@ from matplotlib.colors import to_hex  # noqa: E402 — after matplotlib.use("Agg
 from matplotlib.figure import Figure  # noqa: E402 — after matplotlib.use("Agg")
 from matplotlib.patches import Rectangle  # noqa: E402 — after matplotlib.use("Agg")
 
-from simlab.render.data_parallel_timeline import draw_dp_vs_ddp, draw_lanes, draw_lanes_sim_vs_real, lanes_text  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.render.data_parallel_timeline import (  # noqa: E402 — after matplotlib.use("Agg")
+    BAR_LABEL,
+    draw_dp_vs_ddp,
+    draw_lanes,
+    draw_lanes_sim_vs_real,
+    lanes_text,
+    thin_labels,
+)
 from simlab.render.style import ALL_REDUCE_SHADES, KIND_COLOR, PHASE_COLOR  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.data_parallel import simulate_ddp, simulate_dp, workload_from_layers  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.trace import Event, Trace  # noqa: E402 — after matplotlib.use("Agg")
@@ -172,3 +179,53 @@ def test_both_dp_ddp_panels_show_their_times_and_counts_are_singular_when_one():
     title = draw_dp_vs_ddp(simulate_dp(one), simulate_ddp(one)).axes[1].get_title(loc="left")
     assert "in 1 bucket:" in title and "1 buckets" not in title
     assert "star model" in fig.axes[0].get_title(loc="left")  # the course's model, labelled as such
+
+
+# ---- labels that never collide ----------------------------------------------------------------------------
+
+def crowded_trace(steps: int = 5):
+    """What a real DDP run records: each rank's buckets, several steps of them, overlapping one another (an
+    all-reduce is timed from its launch to its wait) and of uneven lengths; lesson 2's stored chart of such a run
+    had its "b0 b1 …" labels written over one another."""
+    events = []
+    for r in range(4):
+        for step in range(steps):
+            t = step * 18.0 + r
+            events.append(Event(r, "compute", step, name="fwd", start=t / 1e3, end=(t + 0.4) / 1e3))
+            for b in range(5):
+                start = t + 1 + 1.7 * b + 0.3 * r
+                events.append(Event(r, "comm", step, name=f"all-reduce b{b}", start=start / 1e3,
+                                    end=(start + 3.5 + 2.5 * ((b + r) % 3)) / 1e3))
+    return Trace(events)
+
+
+def shown_labels(fig):
+    """The window extent of every bar label that will be drawn, by axes, after layout."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    renderer = (fig.canvas if isinstance(fig.canvas, FigureCanvasAgg) else FigureCanvasAgg(fig)).get_renderer()
+    fig.draw_without_rendering()
+    return [[t.get_window_extent(renderer) for t in ax.texts if t.get_gid() == BAR_LABEL and t.get_visible()]
+            for ax in fig.axes]
+
+
+def overlapping(boxes) -> int:
+    return sum(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def test_no_two_bar_labels_overlap_as_drawn():
+    trace = crowded_trace()
+    for fig in (draw_lanes(trace, 4), draw_dp_vs_ddp(simulate_dp(W), simulate_ddp(W)),
+                draw_lanes(simulate_ddp(W).trace, 4)):
+        for boxes in shown_labels(fig):
+            assert overlapping(boxes) == 0
+    assert len(shown_labels(draw_lanes(trace, 4))[0]) >= 20  # thinned, not emptied: most buckets keep a label
+
+
+def test_the_overlap_check_fails_without_thinning(monkeypatch):
+    """The check above can fail: with thin_labels a no-op, the crowded run's labels collide."""
+    import simlab.render.data_parallel_timeline as timeline
+    monkeypatch.setattr(timeline, "thin_labels", lambda fig: None)
+    assert overlapping(shown_labels(draw_lanes(crowded_trace(), 4))[0]) > 10
+    fig = draw_lanes(crowded_trace(), 4)
+    thin_labels(fig)  # and thinning afterwards repairs it
+    assert overlapping(shown_labels(fig)[0]) == 0

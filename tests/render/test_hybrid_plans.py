@@ -43,7 +43,9 @@ def test_memory_bars_are_per_gpu_bytes(plans):
     tops = [b.get_y() + b.get_height() for b in gid(ax, "activations")]
     assert tops == pytest.approx([p["bytes_per_gpu"]["total"] / GB for p in plans.values()])
     assert len(gid(ax, "no-fit")) == misfits
-    assert [t.get_text() for t in ax.texts].count("does not fit") == misfits
+    names = ax.get_xticklabels()  # "(does not fit)" under a misfit's name, in red
+    assert [t.get_text().endswith("\n(does not fit)") for t in names] == [not p["fits"] for p in plans.values()]
+    assert [t.get_color() for t in names] == ["black" if p["fits"] else "#d62728" for p in plans.values()]
     assert [b.get_height() for b in gid(ax, "cpu")] == pytest.approx(
         [p["cpu_bytes_per_gpu"] / GB for p in plans.values()])
     assert gid(ax, "cpu")[2].get_hatch() == "//"
@@ -57,8 +59,8 @@ def test_memory_bars_without_offload_or_misfits(plans):
     fitting = {"TP 8 PP 8": plans["TP 8 PP 8"]}
     ax = draw_plan_memory(fitting, 80 * GB).axes[0]
     assert gid(ax, "cpu") == [] and gid(ax, "no-fit") == []
-    assert "does not fit" not in [t.get_text() for t in ax.texts]
-    assert [t.get_text() for t in ax.texts] == [f"{plans['TP 8 PP 8']['bytes_per_gpu']['total'] / GB:.1f} GB"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["TP 8 PP 8"]
+    assert [t.get_text() for t in ax.texts] == [f"{plans['TP 8 PP 8']['bytes_per_gpu']['total'] / GB:.1f}"]
 
 
 def test_time_bars_are_the_breakdown(plans):
@@ -70,9 +72,9 @@ def test_time_bars_are_the_breakdown(plans):
     assert all(gid(ax, k) == [] for k in rows[0]["breakdown"] if k not in parts)
     ends = [b.get_x() + b.get_width() for b in gid(ax, parts[-1])]
     assert ends == pytest.approx([p["step_seconds"] for p in rows])  # the parts add up to the step
-    totals = [t.get_text() for t in ax.texts if t.get_gid() == "total"]
-    assert totals == [f"{p['step_seconds']:.3g} s   MFU {p['mfu']:.0%}" for p in rows]
-    ticks = ax.get_yticklabels()
+    ticks = ax.get_yticklabels()  # each plan's name, then its step time and MFU
+    assert [t.get_text().split("\n")[:2] for t in ticks] == [[k, f"{p['step_seconds']:.3g} s   MFU {p['mfu']:.0%}"]
+                                                             for k, p in plans.items()]
     assert [t.get_text().endswith("(does not fit)") for t in ticks] == [not p["fits"] for p in rows]
     assert [t.get_color() for t in ticks] == ["black" if p["fits"] else "#d62728" for p in rows]
     assert {t.get_text() for t in ax.get_legend().get_texts()} == {k.replace("_", " ") for k in parts}
@@ -96,6 +98,22 @@ def test_time_bars_far_past_the_fastest_are_cut_and_say_so():
     assert slow["step_seconds"] > 4 * fast["step_seconds"]
     ax = draw_time_breakdown({"fast": fast, "slow": slow}).axes[0]
     scale = 1.0 if "(s)" in ax.get_xlabel() else 1e3
-    assert ax.get_xlim()[1] == pytest.approx(4 * fast["step_seconds"] * scale * 1.3)
-    totals = [t.get_text() for t in ax.texts if t.get_gid() == "total"]
-    assert not totals[0].startswith("→") and totals[1].startswith("→ ")
+    assert ax.get_xlim()[1] == pytest.approx(4 * fast["step_seconds"] * scale)
+    assert [(t.get_text(), t.get_position()[1]) for t in ax.texts if t.get_gid() == "cut"] == [("→", 1)]
+    assert ax.get_yticklabels()[1].get_text().split("\n")[1].startswith(f"{slow['step_seconds'] * scale:.3g} ")
+
+
+@pytest.mark.usefixtures("english_afterwards")
+def test_the_legends_speak_the_learners_language(plans):
+    """Lesson 6's legends went through no catalog (params, tp comm … under Chinese titles): now every entry does."""
+    from simlab import i18n
+    from simlab.render.hybrid_plans import MEMORY_NAMES, TIME_NAMES
+
+    def legend(fig):
+        return [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    english = legend(draw_plan_memory(plans, 80 * GB)) + legend(draw_time_breakdown(plans))
+    assert {"params", "activations", "compute"} <= set(english)
+    i18n.set_language("zh")
+    chinese = legend(draw_plan_memory(plans, 80 * GB)) + legend(draw_time_breakdown(plans))
+    assert {"参数", "激活值", "计算"} <= set(chinese) and not set(english) & set(chinese)
+    assert all(i18n._(name) != name for name in list(MEMORY_NAMES.values()) + list(TIME_NAMES.values()))
