@@ -19,6 +19,7 @@ TARGETS = {
     "pp": ["--world-size", "2", "--microbatches", "2"], "tp": ["--world-size", "2"],
     "hybrid": ["--world-size", "2", "--dp", "2", "--steps", "2"],
     "step": ["--world-size", "2", "--microbatches", "2", "--microbatch-size", "1", "--steps", "1"],
+    "cp": ["--world-size", "2", "--seq", "256"], "ep": ["--world-size", "2"],
 }
 
 

@@ -46,9 +46,13 @@ def tokens_of(n: int) -> str:
     return _(TOKENS).format(n=n, s="" if n == 1 else "s")
 
 
+MAX_CAPACITY = 1000.0
+
+
 def capacity_factor(capacity: float) -> float | None:
     """The course's capacity knob (`hybrid.Plan.capacity`: 0 = dropless) as `sim.expert_parallel.route` takes it."""
-    return None if check_number("capacity", capacity, 0.0) == 0 else capacity
+    # at a factor of E/k an expert may keep every token; 1000 is past that for any MoE the course draws or runs
+    return None if check_number("capacity", capacity, 0.0, MAX_CAPACITY) == 0 else capacity
 
 
 def ep_routings(tokens: int, experts: int, top_k: int, capacity: float, ep: int, seed: int = 0,

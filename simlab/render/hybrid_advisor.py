@@ -8,7 +8,7 @@ how much ZeRO-3 gathers at once (`gather_text`).
     >>> from simlab.sim.hardware import cluster
     >>> from simlab.sim.model import PRESETS
     >>> print(advisor_text(search(PRESETS["megatron-1.7b-2021"], cluster(gpus=8), 64), top=1).splitlines()[0])
-    4380 plans evaluated, 0 rejected; the 1 fastest that fit:
+    8352 plans evaluated, 0 rejected; the 1 fastest that fit:
 """
 from __future__ import annotations
 

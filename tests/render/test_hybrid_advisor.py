@@ -42,7 +42,7 @@ def test_advisor_text_best_plan_first(found):
 
 
 def test_advisor_text_marks_hsdp_and_lighter_end_stages():
-    found = search(PRESETS["gpt3-175b"], cluster(gpus=256), 512, shard=4, pp=8, schedule="1f1b")
+    found = search(PRESETS["gpt3-175b"], cluster(gpus=256), 512, shard=4, pp=8, schedule="1f1b", cp=1)  # 3-D columns
     rows = [line.split() for line in advisor_text(found, top=10).splitlines()[2:12]]
     for row, plan in zip(rows, found["candidates"]):
         c = plan["config"]
@@ -51,7 +51,7 @@ def test_advisor_text_marks_hsdp_and_lighter_end_stages():
 
 
 def test_advisor_text_notes_schedules_and_nothing_fits():
-    big = search(PRESETS["gpt3-175b"], cluster(gpus=1024), global_batch=1536)  # many nodes: FSDP ties
+    big = search(PRESETS["gpt3-175b"], cluster(gpus=1024), global_batch=1536, cp=1)  # many nodes: FSDP ties
     text = advisor_text(big)
     assert "notes:" in text and big["notes"][0] in text
     best = big["best"]["config"]
@@ -115,3 +115,12 @@ def test_the_conditions_print_the_advisors_numbers():
     assert "ZeRO-3 in a node, replicated (HSDP)" in text and "shards over 8" in text
     text = gather_text(gather_units(BY_KEY["node-layer-too-big"]))
     assert "a whole layer" in text and "6,090,422,272" in text and text.splitlines()[1].endswith("no")
+
+
+def test_advisor_text_shows_cp_only_where_a_plan_splits_the_sequence():
+    long = search(PRESETS["llama3-8b"].with_(seq=131072), cluster("h100-80gb", gpus=8), 8, cp=4)
+    lines = advisor_text(long, top=3).splitlines()
+    head = lines[1].split()
+    assert head[:5] == ["#", "tp", "pp", "dp", "cp"] and all(line.split()[4:6] == ["4", "ring"] for line in lines[2:5])
+    flat = search(PRESETS["megatron-1.7b-2021"], cluster(gpus=8), 64, cp=1)
+    assert "cp" not in advisor_text(flat, top=3).splitlines()[1].split()
