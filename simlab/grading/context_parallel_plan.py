@@ -22,8 +22,7 @@ from ..sim.hardware import cluster
 from ..sim.hybrid import CP_COMMS, Plan, check_plan
 from ..sim.hybrid_memory import per_gpu
 from ..sim.model import PRESETS
-from .common import fail, passed
-from .hybrid import CONCEPTS, AskedTheModel, model_switched_off
+from .hybrid import CONCEPTS, grade_budgets
 
 GB = 1e9
 WITHIN = MODEL_ERROR
@@ -123,28 +122,6 @@ def best_plan(key: str) -> dict:
     return best
 
 
-def _ask(choose, budget: LongBudget):
-    """(the plan `choose` returns, or None with the reason in words); the stub's NotImplementedError passes."""
-    plan, error = None, None
-    with model_switched_off(choose) as called:
-        try:
-            plan = choose(budget)
-        except NotImplementedError:
-            raise
-        except AskedTheModel:
-            pass
-        except Exception as err:  # noqa: BLE001 — the learner's code: any error is reported in one line
-            error = err
-    if called:
-        return None, _("asked the model for a step time ({name}): decide from the budget's bytes and links; "
-                       "memory_gb is allowed").format(name=called[0])
-    if error is not None:
-        return None, _("raised {error}").format(error=f"{type(error).__name__}: {(str(error).splitlines() or [''])[0]}")
-    if not isinstance(plan, Plan):
-        return None, _("returned {type}, not a simlab.sim.hybrid.Plan").format(type=type(plan).__name__)
-    return plan, ""
-
-
 def shape_of(plan: Plan) -> str:
     cp = f" × cp {plan.cp} ({plan.cp_comm})" if plan.cp > 1 else ""
     return f"tp {plan.tp}{cp} × pp {plan.pp} × dp {plan.dp}"
@@ -183,20 +160,9 @@ def _grade(key: str, plan: Plan) -> tuple[bool, str]:
 
 def check_long_context_plan(choose) -> None:
     """Grade `choose(budget) -> Plan` on every budget in BUDGETS, the model's step time switched off while it runs:
-    one line per budget, then the verdict."""
-    title = _("choose(budget)")
-    if not callable(choose):
-        fail(title, "choose", _("expected a function of one budget, got {type}").format(type=type(choose).__name__))
-    failed = 0
-    for key, budget in BUDGETS.items():
-        plan, problem = _ask(choose, budget)
-        ok, line = _grade(key, plan) if plan is not None else (False, problem)
-        failed += not ok
-        print((_("{title}: ✓ {detail}") if ok else _("{title}: ✗ {detail}")).format(title=key, detail=line))
-    if failed:
-        fail(title, _("{n} of {total} budgets").format(n=failed, total=len(BUDGETS)), _("see the lines above"))
-    passed(title, _("every long-context budget fits and ties with the best plan, and choose never asked the model "
-                    "for a step time"))
+    one line per budget, then the verdict (lesson 6's loop, `grading.hybrid.grade_budgets`)."""
+    grade_budgets(choose, BUDGETS, _grade, _("every long-context budget fits and ties with the best plan, and choose "
+                                             "never asked the model for a step time"))
 
 
 __all__ = ["BUDGETS", "SHOWN", "LongBudget", "best_plan", "check_long_context_plan", "memory_gb"]

@@ -144,9 +144,9 @@ def model_switched_off(fn=None):
             space[key] = value
 
 
-def _ask(choose, budget: Budget):
-    """(the plan `choose` returns for `budget`, or None with the reason in words). The stub's
-    NotImplementedError passes through, as in every exercise."""
+def ask_plan(choose, budget):
+    """(the plan `choose` returns for `budget`, or None with the reason in words), the model's step time switched
+    off while it runs. The stub's NotImplementedError passes through, as in every exercise."""
     plan, error = None, None
     with model_switched_off(choose) as called:
         try:
@@ -209,19 +209,25 @@ def _grade(key: str, plan: Plan) -> tuple[bool, str]:
 def check_choose(choose) -> None:
     """Grade `choose(budget) -> Plan` on every budget in BUDGETS, with the model's step time switched off while
     it runs: one line per budget, then the verdict."""
+    grade_budgets(choose, BUDGETS, _grade, _("every budget fits and ties with the advisor's best, and choose never "
+                                             "asked the model for a step time"))
+
+
+def grade_budgets(choose, budgets: dict, grade, verdict: str) -> None:
+    """Lessons 6 and 7's plan exercises: ask `choose` for each budget (`ask_plan`), `grade(key, plan)` -> (passed,
+    the line after ✓/✗), one line per budget, then one verdict."""
     title = _("choose(budget)")
     if not callable(choose):
         fail(title, "choose", _("expected a function of one budget, got {type}").format(type=type(choose).__name__))
     failed = 0
-    for key, budget in BUDGETS.items():
-        plan, problem = _ask(choose, budget)
-        ok, line = _grade(key, plan) if plan is not None else (False, problem)
+    for key, budget in budgets.items():
+        plan, problem = ask_plan(choose, budget)
+        ok, line = grade(key, plan) if plan is not None else (False, problem)
         failed += not ok
         print((_("{title}: ✓ {detail}") if ok else _("{title}: ✗ {detail}")).format(title=key, detail=line))
     if failed:
-        fail(title, _("{n} of {total} budgets").format(n=failed, total=len(BUDGETS)), _("see the lines above"))
-    passed(title, _("every budget fits and ties with the advisor's best, and choose never asked the model "
-                    "for a step time"))
+        fail(title, _("{n} of {total} budgets").format(n=failed, total=len(budgets)), _("see the lines above"))
+    passed(title, verdict)
 
 
 # Two ZeRO-3 plans for the 70B over Ethernet: the same family, the same memory order, a different DP group
