@@ -32,13 +32,10 @@ TOLERANCE = 1e-5  # the parity promise: losses and parameters within this of one
 def _header(result: dict) -> str:
     c = result["config"]
     schedule = _("interleaved 1F1B") + f" (v={c['chunks']})" if c["schedule"] == "interleaved" else "1F1B"
-    if c.get("cp", 1) > 1:  # lesson 7: the sequence split too
-        return _("dp={dp} × cp={cp} ({how}) × pp={pp} × tp={tp} = {n} processes ({backend}), {schedule}, "
-                 "ZeRO-1 {on_off}").format(dp=c["dp"], cp=c["cp"], how=c["cp_comm"], pp=c["pp"], tp=c["tp"],
-                                           n=result["world_size"], backend=result["backend"], schedule=schedule,
-                                           on_off=_("on") if c["zero"] else _("off"))
-    return _("dp={dp} × pp={pp} × tp={tp} = {n} processes ({backend}), {schedule}, ZeRO-1 {on_off}").format(
-        dp=c["dp"], pp=c["pp"], tp=c["tp"], n=result["world_size"], backend=result["backend"], schedule=schedule,
+    cp = [f"cp={c['cp']} ({c['cp_comm']})"] if c.get("cp", 1) > 1 else []  # lesson 7: the sequence split too
+    grid = " × ".join([f"dp={c['dp']}", *cp, f"pp={c['pp']}", f"tp={c['tp']}"])
+    return _("{grid} = {n} processes ({backend}), {schedule}, ZeRO-1 {on_off}").format(
+        grid=grid, n=result["world_size"], backend=result["backend"], schedule=schedule,
         on_off=_("on") if c["zero"] else _("off"))
 
 
