@@ -100,11 +100,13 @@ def draw_split(split, ax=None):
     """X · W = Y of a `split_linear` result: W's shards, the input each rank sees, and the combine step."""
     plan = split.plan
     b, (k, n) = split.inputs[0].shape[0], plan.shape  # X (b, in), W (in, out)
-    cell = min(0.3, 4.0 / max(b, k, n))
+    # inches per cell: X, W and Y side by side (k + n + n cells) within ~6 in, so that the picture, shown in an
+    # ~820-px notebook column, is not scaled down below its 10-pt text's 10 px
+    cell = min(0.3, 4.0 / max(b, k, n), 6.0 / (k + 2 * n))
     col = plan.kind == "column"
     row_h = max(b, k) * cell
     parts_h = 0 if col else plan.ranks * (b * cell + 0.35)
-    ax = new_ax(ax, (1.0 + 1.3 * (k + k + n) * cell + 1.0, 1.0 + 1.3 * max(row_h, b * cell + parts_h)))
+    ax = new_ax(ax, (1.0 + 1.3 * (k + 2 * n) * cell + 1.0, 1.0 + 1.3 * max(row_h, b * cell + parts_h)))
     x = _grid(ax, 0, 0, (b, k), lambda i, j: None if col else owner(plan.rows, j), "X (b, in)", cell, "X")
     x = _grid(ax, _sign(ax, x, -b * cell / 2, "×"), 0, (k, n),
               lambda i, j: shard_owner(plan, i, j), "W (in, out)", cell, "W")

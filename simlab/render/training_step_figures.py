@@ -63,7 +63,7 @@ def draw_memory_bar(step: dict, ax=None):
     """One step's memory, one bar stacked by kind and term, above the GPU's memory cut into what tensors can use
     and what they cannot; a dashed line at the usable edge; a step that does not fit is outlined in red."""
     from matplotlib.patches import Patch
-    ax = new_ax(ax, (11, 3.4))
+    ax = new_ax(ax, (11, 4.0))  # the bars, and the legend under them
     mem = step["memory"]
     for y, segments in ((1, memory_segments(step)), (0, capacity_segments(step))):
         left = 0.0
@@ -75,7 +75,7 @@ def draw_memory_bar(step: dict, ax=None):
     ax.axvline(mem["usable"] / GB, color=INK, linestyle="--", linewidth=1.2, gid="usable")
     verdict = (_("fits: {free:.1f} GB free") if mem["fits"] else _("does not fit: {free:.1f} GB over")).format(
         free=abs(mem["free"]) / GB)
-    ax.text(0, 1.38, f"{mem['total'] / GB:.1f} GB — {verdict}", ha="left", va="bottom", fontsize=9,
+    ax.text(0, 1.38, f"{mem['total'] / GB:.1f} GB — {verdict}", ha="left", va="bottom", fontsize=10,
             color=INK if mem["fits"] else NO_FIT)
     c = step["config"]
     ax.set_yticks([0, 1], [_("the GPU ({gpu})").format(gpu=c["gpu"]), _("one step")])
@@ -85,7 +85,8 @@ def draw_memory_bar(step: dict, ax=None):
     ax.spines[["top", "right"]].set_visible(False)
     handles = [Patch(color=colour, label=label) for label, colour in
                legend_entries(memory_segments(step) + capacity_segments(step))]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.05), fontsize=8, frameon=False)
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=3, fontsize=10,
+              frameon=False)  # under the bars: one column beside them stood taller than the figure at 10 pt
     ax.set_title(_("{model}, b = {b}, {attention} attention, recompute {recompute}, {precision}").format(
         model=c["model"], b=c["microbatch"], attention=c["attention"], recompute=c["recompute"],
         precision=c["precision"]), fontsize=10, loc="left")
@@ -106,13 +107,13 @@ def draw_activation_modes(model, microbatch: int = 1, ax=None):
                 ax.bar(x, nbytes / MB, 0.6, bottom=bottom, color=TERM_COLOR[term], edgecolor="white", linewidth=0.5)
                 bottom += nbytes / MB
                 seen[TERM_GROUP[term]] = TERM_COLOR[term]
-        ax.text(x, bottom, f"{bottom:,.0f} MB", ha="center", va="bottom", fontsize=9, color=INK)
+        ax.text(x, bottom, f"{bottom:,.0f} MB", ha="center", va="bottom", fontsize=10, color=INK)
     ax.set_xticks(range(len(MODES)), [_("{attention} attention,\nrecompute {recompute}").format(attention=a, recompute=r)
-                                      for a, r in MODES], fontsize=9)  # mode_name on two lines
+                                      for a, r in MODES], fontsize=10)  # mode_name on two lines
     ax.set_ylabel(_("MB per layer"))
     ax.spines[["top", "right"]].set_visible(False)
     handles = [Patch(color=TERM_GROUP_COLOR[g], label=_(GROUP_LABEL[g])) for g in TERM_GROUP_COLOR if g in seen]
-    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=10, frameon=False)
     ax.set_title(_("{model}: one layer's activations, b = {b}, s = {s}").format(
         model=model.name, b=microbatch, s=model.seq), fontsize=10, loc="left")
     return ax.figure
@@ -132,25 +133,27 @@ def draw_recompute(model, gpu: str, microbatch: int, microbatches: int = 1, atte
         memory.bar(x, states / GB, 0.6, color=STATE_COLOR["params"], label=_("model states") if x == 0 else None)
         memory.bar(x, mem["activations"] / GB, 0.6, bottom=states / GB, color=TERM_GROUP_COLOR["GEMM inputs"],
                    label=_("activations") if x == 0 else None)
-        memory.text(x, mem["total"] / GB, f"{mem['total'] / GB:.1f} GB", ha="center", va="bottom", fontsize=9,
+        memory.text(x, mem["total"] / GB, f"{mem['total'] / GB:.1f} GB", ha="center", va="bottom", fontsize=10,
                     color=INK if mem["fits"] else NO_FIT)
         left = 0.0
         for phase in PHASES:
             time.barh(x, s["time"][phase], 0.6, left=left, color=STEP_PHASE_COLOR[phase],
                       label=_(LABEL[phase]) if x == 0 else None)
             left += s["time"][phase]
-        time.text(left, x, f" {left:.2f} s", va="center", fontsize=9, color=INK)
+        time.text(left, x, f" {left:.2f} s", va="center", fontsize=10, color=INK)
     memory.axhline(steps[0]["memory"]["usable"] / GB, color=INK, linestyle="--", linewidth=1.2,
                    label=_("usable ({gpu})").format(gpu=steps[0]["config"]["gpu"]))
     memory.set_xticks(range(3), modes)
+    top = max(max(s["memory"]["total"] for s in steps), steps[0]["memory"]["usable"]) / GB
+    memory.set_ylim(0, top * 1.15)  # room for the tallest bar's label under the title
     memory.set_ylabel(_("GB per GPU"))
-    memory.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
+    memory.legend(fontsize=10, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=3)
     memory.set_title(_("memory saved"), fontsize=10, loc="left")
     time.set_yticks(range(3), modes)
     time.invert_yaxis()
     time.set_xlabel(_("seconds per step"))
     time.set_xlim(0, max(s["time"]["step_seconds"] for s in steps) * 1.25)
-    time.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3)
+    time.legend(fontsize=10, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=3)
     time.set_title(_("time paid"), fontsize=10, loc="left")
     for ax in (memory, time):
         ax.spines[["top", "right"]].set_visible(False)
@@ -173,7 +176,7 @@ def draw_microbatching(model, global_batch: int, dp: int, microbatch_sizes):
     memory.axhline(rows[0]["activation_bytes_whole_batch"] / GB, color=INK, linestyle="--", linewidth=1.2,
                    label=_("all {n} samples at once").format(n=rows[0]["samples_per_rank"]))
     memory.set_ylabel(_("activations per GPU (GB)"))
-    memory.legend(fontsize=8, frameon=False, loc="upper left")
+    memory.legend(fontsize=10, frameon=False, loc="upper left")
     memory.set_ylim(0, rows[0]["activation_bytes_whole_batch"] / GB * 1.25)
     width = 0.38
     sent.bar([x - width / 2 for x in xs], [r["bytes_per_rank_per_step"] / GB for r in rows], width,
@@ -181,9 +184,9 @@ def draw_microbatching(model, global_batch: int, dp: int, microbatch_sizes):
     sent.bar([x + width / 2 for x in xs], [r["bytes_if_reduced_every_microbatch"] / GB for r in rows], width,
              color=RESERVE_COLOR["cuda_context"], label=_("one after every micro-batch"))
     sent.set_ylabel(_("GB each rank sends per step"))
-    sent.legend(fontsize=8, frameon=False, loc="upper right")
+    sent.legend(fontsize=10, frameon=False, loc="upper right")
     for ax, title in ((memory, _("memory: grows with b, not m")), (sent, _("bytes: once per step"))):
-        ax.set_xticks(list(xs), names, fontsize=9)
+        ax.set_xticks(list(xs), names, fontsize=10)
         ax.spines[["top", "right"]].set_visible(False)
         ax.set_title(title, fontsize=10, loc="left")
     fig.suptitle(_("{model}: B = b·m·dp = {B} on dp = {dp}").format(model=model.name, B=global_batch, dp=dp),
@@ -201,13 +204,13 @@ def draw_precision(ax=None):
                 ax.bar(x, recipe[part], 0.6, bottom=bottom, color=STATE_COLOR[part], edgecolor="white",
                        label=_(LABEL[part]) if x == 0 or part == "master" and bottom == 4 else None)
                 bottom += recipe[part]
-        ax.text(x, bottom, f"{recipe['total']} B", ha="center", va="bottom", fontsize=9, color=INK)
+        ax.text(x, bottom, f"{recipe['total']} B", ha="center", va="bottom", fontsize=10, color=INK)
     ax.set_xticks(range(len(RECIPES)), list(RECIPES))
     ax.set_ylabel(_("bytes per parameter"))
     ax.spines[["top", "right"]].set_visible(False)
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles))
-    ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+    ax.legend(unique.values(), unique.keys(), loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=10, frameon=False)
     return ax.figure
 
 
@@ -230,11 +233,11 @@ def draw_roofline(machines: dict, rows: dict, ax=None):
             near.setdefault(round(float(np.log10(r["intensity"])) * 3), []).append(r)
         for group in near.values():
             ax.annotate(", ".join(r["name"] for r in group), (group[0]["intensity"], group[0]["attainable_flops"]),
-                        textcoords="offset points", xytext=(0, -13), ha="center", fontsize=8, color=colour)
+                        textcoords="offset points", xytext=(0, -13), ha="center", fontsize=10, color=colour)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel(_("arithmetic intensity (FLOP per byte moved)"))
     ax.set_ylabel(_("attainable FLOP/s"))
-    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    ax.legend(fontsize=10, frameon=False, loc="lower right")
     ax.spines[["top", "right"]].set_visible(False)
     return ax.figure

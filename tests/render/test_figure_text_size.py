@@ -16,15 +16,9 @@ from simlab.render.picture import DISPLAY_DPI
 
 NOTEBOOK_COLUMN_PX = 820
 MIN_PX = 10
-# figures below MIN_PX today, drawn by modules outside this change (each is listed in both languages; fixing one
-# makes this test fail until its entry goes): the module that sets the size, then why it is small
-TOO_SMALL = {
-    "05_tensor_parallel/0cfa430e": "render/tensor_parallel.py: a 12.3-inch split at 10 pt",
-    "05_tensor_parallel/171d0ac1": "render/tensor_parallel.py: a 12.8-inch split at 10 pt",
-    "05b_one_training_step/l5b-recompute-fig": "render/training_step_figures.py: 8-pt labels, 10.9 inches",
-    "05b_one_training_step/l5b-micro-fig": "render/training_step_figures.py: 8-pt labels, 10.9 inches",
-    "05b_one_training_step/l5b-step-fig": "render/training_step.py: 8-pt labels, 10.9 inches",
-}
+# figures below MIN_PX, each with the module that sets its size and why it is small (an entry makes the test fail
+# once its figure is readable, so the list cannot outlive the problem). Empty since lessons 5 and 5b were redrawn.
+TOO_SMALL: dict[str, str] = {}
 
 
 def displayed_px(fig) -> list[tuple[float, str]]:
