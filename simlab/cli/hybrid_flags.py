@@ -69,7 +69,9 @@ def add_plan_flags(p, plan_defaults: bool) -> None:
         p.add_argument(f"--{name}", type=int, default=free(1), help=f"{name} size")
     p.add_argument("--chunks", type=int, default=free(1), help="interleaved: model chunks per rank v")
     p.add_argument("--schedule", choices=SCHEDULES, default=free("1f1b"), help="pipeline schedule")
-    p.add_argument("--recompute", choices=RECOMPUTE, default=free("none"), help="activation recomputation")
+    p.add_argument("--recompute", choices=RECOMPUTE, default=free("none"),
+                   help="activation recomputation: selective is Korthikanti's (nothing to redo under flash); op-sac is "
+                        "torchtitan's op-level policy (every second matmul and the element-wise work redone)")
     p.add_argument("--sequence-parallel", action="store_true", default=free(False), help="TP + sequence parallel")
     p.add_argument("--shard", type=int, default=free(0), help="ZeRO's shard group (HSDP); default: the DP group")
     p.add_argument("--cp", type=int, default=free(1), help="context-parallel size: the sequence split over cp GPUs")

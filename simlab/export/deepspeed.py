@@ -55,6 +55,9 @@ def _refusals(cluster, plan) -> None:
     if plan.sequence_parallel and pp == 1:
         refuse("sequence_parallel=True", "AutoTP, DeepSpeed's tensor parallelism without a pipeline, has no "
                                          "sequence parallelism: use --emit megatron")
+    if plan.recompute == "op-sac":
+        refuse("recompute='op-sac'", "torchtitan's op-level policy (every second matmul recomputed) has no DeepSpeed "
+                                     "setting: use recompute='full' or --emit torchtitan")
     if plan.recompute == "selective":
         refuse("recompute='selective'", "DeepSpeed checkpoints the functions the model code wraps; it has no "
                                         "setting for Megatron's attention-only recomputation: use recompute='full' "

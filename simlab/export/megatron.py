@@ -77,6 +77,9 @@ def _refusals(model, plan) -> None:
         refuse(f"bucket={plan.bucket}", "Megatron cuts gradients into buckets only when it overlaps their "
                                         "reduction (without --overlap-grad-reduce it reduces them all at once): "
                                         "add 'dp' to overlap or drop bucket")
+    if plan.recompute == "op-sac":
+        refuse("recompute='op-sac'", "torchtitan's op-level policy (every second matmul recomputed) has no Megatron "
+                                     "flag: use recompute='selective' or 'full', or --emit torchtitan")
 
 
 def _model(m) -> list[Setting]:

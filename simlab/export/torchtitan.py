@@ -35,7 +35,7 @@ from .torchtitan_flavor import check_llama3, custom_flavor, flavor, hf_assets
 
 VERSION = "0.3.0"
 SCHEDULE = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}  # torch's get_schedule_class names
-AC = {"none": "None", "selective": "SelectiveAC.Config()", "full": "FullAC.Config()"}
+AC = {"none": "None", "selective": "SelectiveAC.Config()", "op-sac": "SelectiveAC.Config()", "full": "FullAC.Config()"}
 HEAD = """from torchtitan.components.loss import ChunkedLossWrapper, CrossEntropyLoss
 from torchtitan.components.optimizer import default_adamw
 from torchtitan.config import CompileConfig, ParallelismConfig, TrainingConfig
@@ -172,9 +172,10 @@ def _model_parallel(model, plan) -> list[Setting]:
 
 
 def _compute(plan) -> list[Setting]:
+    op_level = _("torchtitan's selective AC (op level): keeps the attention outputs and every second "
+                 "matmul's output, recomputes the other matmuls and the element-wise work")
     ac = {"none": _("no recomputation: every activation is kept for the backward"),
-          "selective": _("torchtitan's selective AC (op level): keeps the attention outputs and every second "
-                         "matmul's output, recomputes the other matmuls and the element-wise work"),
+          "selective": op_level, "op-sac": op_level,
           "full": _("store only each block's input; recompute the block in the backward")}[plan.recompute]
     async_tp = plan.tp > 1 and plan.sequence_parallel and "tp" in plan.overlaps
     compiled = async_tp or plan.precision == "fp8"

@@ -21,7 +21,7 @@ import itertools
 import numpy as np
 
 from .hardware import Cluster
-from .hybrid import ATTENTION, CP_COMMS, RECOMPUTE, SCHEDULES, layers_per_stage
+from .hybrid import ATTENTION, CP_COMMS, RECOMPUTE, SCHEDULES, check_op_sac, layers_per_stage
 from .hybrid_memory import Knobs
 from .model import Transformer
 
@@ -86,12 +86,15 @@ def _layouts(model: Transformer, c: Cluster, global_batch: int, fixed: dict, cp_
 
 def _memory_knobs(attention: str, fixed: dict) -> np.ndarray:
     """(zero, offload, hsdp, sp, recompute) rows: Offload needs ZeRO ≥ 2, HSDP ZeRO ≥ 1; under FlashAttention
-    selective recomputation has nothing to recompute, so it is tried only when asked for."""
-    rows = [(z, o, h, sp, r) for z, o, h, sp, r in itertools.product(range(4), (0, 1), (0, 1), (0, 1), range(3))
+    selective recomputation has nothing to recompute, so it is tried only when asked for; so is torchtitan's
+    op-level policy (op-sac), a framework's setting rather than a plan's."""
+    rows = [(z, o, h, sp, r) for z, o, h, sp, r in itertools.product(range(4), (0, 1), (0, 1), (0, 1),
+                                                                       range(len(RECOMPUTE)))
             if (not o or z >= 2) and (not h or z >= 1) and fixed.get("zero", z) == z
             and fixed.get("offload", bool(o)) == bool(o) and fixed.get("sequence_parallel", bool(sp)) == bool(sp)
             and fixed.get("recompute", RECOMPUTE[r]) == RECOMPUTE[r]
-            and not (attention == "flash" and RECOMPUTE[r] == "selective" and "recompute" not in fixed)]
+            and not (attention == "flash" and RECOMPUTE[r] == "selective" and "recompute" not in fixed)
+            and not (RECOMPUTE[r] == "op-sac" and "recompute" not in fixed)]
     return np.array(rows, dtype=np.int64).reshape(-1, 5)
 
 
@@ -101,6 +104,8 @@ def candidates(model: Transformer, c: Cluster, global_batch: int, fixed: dict, a
     layout. The rules are checked on a (layouts, memory knobs) grid of booleans and only the plans kept are built:
     a trillion parameters on 3072 GPUs has ~10⁶ of them."""
     lay = np.array(_layouts(model, c, global_batch, fixed, cp_comm), dtype=np.int64).reshape(-1, len(LAYOUT))
+    if fixed.get("recompute") == "op-sac":
+        check_op_sac(model, attention)
     extra = _memory_knobs(attention, fixed)
     col = {name: lay[:, i, None] for i, name in enumerate(LAYOUT)}  # (layouts, 1)
     zero, offload, hsdp, sp = (extra[None, :, i] for i in range(4))  # (1, memory knobs)

@@ -4,7 +4,8 @@ stages, DP (with ZeRO) across replicas — and the one-line checks that a plan c
 Teaches the knobs lesson 6 turns: tp·pp·dp = GPUs (all of them); a micro-batch of b sequences, m = B/(dp·b)
 micro-batches per step; the schedule (GPipe, 1F1B, interleaved with v chunks per rank); ZeRO 0-3 over the
 DP group or, with `shard` < dp, over sub-groups of it with the states replicated across them (HSDP, "ZeRO
-with replicas"); Offload; sequence parallelism; activation recomputation none / selective / full; the
+with replicas"); Offload; sequence parallelism; activation recomputation none / selective / full / op-sac
+(torchtitan's op-level selective checkpointing, `hybrid_op_sac`); the
 precision (fp32, 16-bit mixed, FP8 matmuls); the attention kernel (eager, which stores the s² scores, or
 flash, which never does); and what the framework overlaps with compute (`overlap`).
 Layers need not divide evenly over stages: by default the most loaded stage has ceil(L/p) layers (BLOOM ran
@@ -30,7 +31,11 @@ from .memory import Precision
 from .model import PRESETS, Transformer  # noqa: F401 — PRESETS: the doctest's models
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
+# none; selective: Korthikanti's (eager attention's s² tensors recomputed); full: each layer's input kept alone;
+# op-sac: torchtitan's selective_ac_option = "op" (every second matmul and the element-wise work recomputed).
+# Appended last: the knobs index these choices, and 0-2 keep their meaning.
+RECOMPUTE = ("none", "selective", "full", "op-sac")
+LAYER_RECOMPUTE = RECOMPUTE[:3]  # lesson 5b's choices (one layer executed and measured: no op-level policy there)
 ATTENTION = ("eager", "flash")  # eager: Korthikanti's stored scores; flash: FlashAttention, no s² tensors
 OVERLAPS = ("dp", "params", "tp")  # what a framework may hide behind compute (`Plan.overlap`)
 # bytes per parameter of weights, gradients and optimizer state: lesson 3's (`simlab.sim.memory`, with FP8's
@@ -141,6 +146,16 @@ def check_bucket(bucket) -> tuple:
     return bucket
 
 
+def check_op_sac(model: Transformer, attention: str) -> None:
+    """torchtitan's op-level policy (`hybrid_op_sac`) is modelled for dense layers under FlashAttention: refuse
+    the rest in one line."""
+    if attention != "flash":
+        raise ValueError(f"recompute='op-sac': saves the fused attention kernel's output, needs attention='flash', "
+                         f"got attention={attention!r}")
+    if model.experts:
+        raise ValueError("recompute='op-sac': modelled for dense layers (torchtitan's Llama), not a mixture of experts")
+
+
 def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> None:
     """One-line ValueErrors naming what cannot work (before any model is evaluated)."""
     for name in ("tp", "pp", "dp", "microbatch", "chunks", "cp", "ep"):
@@ -175,6 +190,8 @@ def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> 
             raise ValueError(f"shard={plan.shard}: sharding needs zero 1, 2 or 3, got zero=0")
     if plan.offload and plan.zero < 2:
         raise ValueError(f"offload=True: needs zero 2 or 3 (ZeRO-Offload builds on stage 2), got zero={plan.zero}")
+    if plan.recompute == "op-sac":
+        check_op_sac(model, plan.attention)
     if plan.sequence_parallel and plan.tp == 1:
         raise ValueError("sequence_parallel=True: needs tp > 1 (it splits what TP replicates)")
     if plan.schedule != "interleaved" and plan.chunks != 1:

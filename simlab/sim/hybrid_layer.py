@@ -12,9 +12,11 @@ Teaches where a layer's time goes on a TP rank of t, with T = b·s tokens:
 - element-wise work (norms, activation, dropout, residuals, the eager softmax) at HBM speed: K_ELEMENTWISE
   bytes moved per byte of activations the layer keeps (`hybrid_memory.layer_activation_bytes`); FP8 also casts
   every GEMM input (read 2 bytes, write 1);
-- recomputation: full repeats the forward, selective repeats eager attention's core (nothing under flash);
+- recomputation: full repeats the forward, selective repeats eager attention's core (nothing under flash),
+  op-sac (torchtitan's op-level policy) the unsaved matmuls (k, o, w3) and all the element-wise work;
 - TP: two collectives forward (after attention and after the MLP: all-reduces, or reduce-scatter +
-  all-gather with sequence parallelism, the same bytes), two backward, two more when fully recomputing, on
+  all-gather with sequence parallelism, the same bytes), two backward, two more when fully recomputing (one
+  under op-sac: the all-gathers, or the all-reduce, that feed the recomputed matmuls), on
   the TP group's link (`simlab.sim.network`).
 
 - lesson 7: with context parallelism a rank works on T = b·s/cp tokens and 1/cp of the causal attention (zig-zag:
@@ -36,6 +38,7 @@ from .expert_parallel_costs import gemms as moe_gemms
 from .gpus import flash_seconds, gemm_seconds
 from .hybrid import ACTIVATION_BYTES, ATTENTION, CP_COMMS
 from .hybrid_memory import Knobs, cp_traffic, layer_activation_bytes
+from .hybrid_op_sac import recompute_gemm_seconds
 from .model import Transformer
 from .network import all_gather, all_reduce, reduce_scatter, send
 
@@ -103,12 +106,18 @@ def layer_seconds(model: Transformer, k: Knobs, c, precision: str) -> dict:
     # selective recomputation redoes eager attention's core: its GEMMs and the s² tensors it drops
     scores = kept - layer_activation_bytes(model, k, recompute=1) * a_b / 2
     selective = np.where(k.attention == ATTENTION.index("eager"), attn_f + K_ELEMENTWISE * scores / gpu.hbm_bandwidth, 0)
+    # op-sac (`hybrid_op_sac`): the unsaved matmuls' forward GEMMs by their shapes, and the forward's element-wise
+    # work again (norms, rotary, SiLU and the gate's product, residuals: none of them is saved); skipped when no
+    # plan asks for it (the advisor's default search times ~10⁶ plans)
+    op_sac = recompute_gemm_seconds(model, k, gpu, gemm_seconds, fp8) + elementwise + \
+        OPS_LAYER["forward"] * gpu.op_overhead if np.any(np.asarray(k.recompute) == 3) else 0
     message = k.b * model.seq * model.hidden * a_b  # one (b, s, h) activation
     message = message if np.all(np.asarray(k.cp) == 1) else message / k.cp  # of s/cp tokens
     tp = np.where(k.sp, reduce_scatter(c, 1, k.tp, message) + all_gather(c, 1, k.tp, message),
                   all_reduce(c, 1, k.tp, message))
     return {"forward": forward, "backward": backward, "gemm": fwd, "wgrad": wgrad,
-            "recompute": np.where(k.recompute == 2, forward, np.where(k.recompute == 1, selective, 0)),
+            "recompute": np.where(k.recompute == 2, forward, np.where(k.recompute == 1, selective,
+                                  np.where(k.recompute == 3, op_sac, 0))),
             "tp_collective": np.where(k.tp > 1, tp, 0), "attention": (attn_f, attn_b)}
 
 

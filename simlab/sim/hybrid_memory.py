@@ -11,7 +11,8 @@ Teaches (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Tr
 - activations of one layer and one micro-batch, 16-bit, with eager attention: sbh(34 + 5as/h) unsplit; with
   TP sbh(10 + 24/t + 5as/(ht)) (norms, dropouts and two inputs stay replicated: 10sbh); with TP + SP
   sbh/t·(34 + 5as/h); selective recomputation drops the 5as/h term (the softmax's s² activations); full
-  recomputation keeps only each layer's input, 2sbh (2sbh/t with SP). FlashAttention never stores the s²
+  recomputation keeps only each layer's input, 2sbh (2sbh/t with SP); torchtitan's op-level policy (op-sac) keeps
+  the input, every second matmul's output and the attention's (`hybrid_op_sac`). FlashAttention never stores the s²
   scores (only a row's log-sum-exp, 4 bytes per head and token): its memory is selective recomputation's,
   at no recompute. Without dropout (Llama) the two dropout masks (sbh each) and the attention's (as²b) go.
   For other shapes the 24 becomes the attention's 4 + 4·kv/h and the MLP's 4·ffn/h (6·ffn/h gated). FP8
@@ -48,6 +49,7 @@ from .context_parallel_costs import layer_bytes
 from .expert_parallel_costs import activation_bytes as moe_bytes
 from .expert_parallel_costs import buffer_bytes
 from .hybrid import ACTIVATION_BYTES, ATTENTION, CP_COMMS, RECOMPUTE, SCHEDULES, STATE_BYTES, Plan, stage_split
+from .hybrid_op_sac import kept_bytes as op_sac_kept
 from .memory import CPU_GRAD_BYTES, HOST_ADAM_BYTES
 from .model import Transformer
 
@@ -208,6 +210,8 @@ def layer_activation_bytes(model: Transformer, k: Knobs, recompute=None, fp8: bo
     per = _per_element(model, k, rec, fp8)
     sbh = _sbh(model, k)
     kept = sbh * per.pop("ln1_input") + np.where(rec == 2, 0, sbh) * sum(per.values())
+    if np.any(np.asarray(rec) == 3):  # op-sac: `hybrid_op_sac`'s tensors
+        kept = np.where(rec == 3, sum(op_sac_kept(model, k).values()), kept)
     return kept + np.where(rec == 2, 0, moe_bytes(model, k, fp8)) if model.experts else kept
 
 
@@ -240,7 +244,10 @@ def activations(model: Transformer, k: Knobs, m, precision: str, stage: int) -> 
     scale = ACTIVATION_BYTES[precision] / 2  # the formulas count 16-bit values; fp32 doubles them
     layers = (k.first, k.mid, k.last)[stage]
     stored = layer_activation_bytes(model, k, fp8=precision == "fp8") * layers * in_flight(k, m, stage) * scale
-    working = np.where(k.recompute == 2, layer_activation_bytes(model, k, recompute=0) * scale, 0)  # one layer
+    # the layer the backward recomputes holds its rebuilt tensors too: all of them (full), the unsaved (op-sac)
+    whole = layer_activation_bytes(model, k, recompute=0)
+    op_sac = np.maximum(0, whole - layer_activation_bytes(model, k, recompute=3)) if np.any(k.recompute == 3) else 0
+    working = np.where(k.recompute == 2, whole, np.where(k.recompute == 3, op_sac, 0)) * scale
     if np.any(np.asarray(k.cp) > 1) or model.experts:  # the layer at work: K,V buffers, the all-to-all's
         working = working + cp_traffic(model, k, ACTIVATION_BYTES[precision])[2] + buffer_bytes(
             model, k, ACTIVATION_BYTES[precision])

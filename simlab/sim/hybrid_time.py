@@ -82,10 +82,13 @@ def _stages(model, k, c, precision, executor):
     hand-over, every stage's time added up, and one layer's pieces and hidden TP seconds."""
     one, edge = layer_seconds(model, k, c, precision), output_seconds(model, k, c, precision)
     tc = one["tp_collective"]
-    tp_fwd = _exposed(2 * tc, one["gemm"], _overlaps(k, executor)[2]) * (1 + (k.recompute == 2))
+    # the forward's two TP collectives again: both under full recomputation, one's worth under op-sac (the
+    # collectives feeding the recomputed matmuls; `hybrid_op_sac`)
+    tp_again = (k.recompute == 2) + 0.5 * (k.recompute == 3)
+    tp_fwd = _exposed(2 * tc, one["gemm"], _overlaps(k, executor)[2]) * (1 + tp_again)
     tp_bwd = _exposed(2 * tc, one["wgrad"], not executor)
     tp_layer = tp_fwd + tp_bwd
-    hidden_layer = 2 * tc * (2 + (k.recompute == 2)) - tp_layer
+    hidden_layer = 2 * tc * (2 + tp_again) - tp_layer
     # lesson 7: context parallelism's K,V traffic (the ring's hops partly under attention; the executor hides
     # nothing) and expert parallelism's all-to-alls, the forward's again under full recomputation
     again = 1 + (k.recompute == 2)

@@ -32,7 +32,7 @@ import math
 
 from .._checks import check_choice, check_int, check_number, check_positive
 from .gpus import GPU, GPUS
-from .hybrid import ACTIVATION_BYTES, ATTENTION, PRECISIONS, RECOMPUTE, Plan, check_plan
+from .hybrid import ACTIVATION_BYTES, ATTENTION, LAYER_RECOMPUTE, PRECISIONS, Plan, check_plan
 from .hybrid_layer import gemms
 from .hybrid_memory import knobs
 from .model import Transformer
@@ -50,7 +50,7 @@ def step_flops(model: Transformer, samples: int, *, recompute: str = "none", att
     FlashAttention, QKᵀ again in its backward); hardware_flops (model + recompute, what HFU counts)."""
     model = check_model(model)
     check_int("samples", samples, 1)
-    check_choice("recompute", recompute, RECOMPUTE)
+    check_choice("recompute", recompute, LAYER_RECOMPUTE)
     check_choice("attention", attention, ATTENTION)
     tokens = samples * model.seq
     model_flops = model.model_flops(samples)  # sim.model's formula, the one lesson 6's MFU divides

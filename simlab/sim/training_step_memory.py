@@ -24,7 +24,7 @@ Teaches (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Tr
 from __future__ import annotations
 
 from .._checks import check_choice
-from .hybrid import ACTIVATION_BYTES, PRECISIONS, STATE_BYTES, Plan, check_plan
+from .hybrid import ACTIVATION_BYTES, LAYER_RECOMPUTE, PRECISIONS, STATE_BYTES, Plan, check_plan
 from .hybrid_memory import activation_terms as _terms
 from .hybrid_memory import knobs
 from .message import Message
@@ -95,6 +95,7 @@ def activation_terms(model: Transformer, microbatch: int = 1, *, attention: str 
     order of `TERMS`; 0 where a knob removes the tensor. In `precision`'s activation bytes: fp32 doubles every
     term (masks too: the model's simplification), FP8 saves the four GEMMs' inputs in one byte."""
     model = check_model(model)
+    check_choice("recompute", recompute, LAYER_RECOMPUTE)  # lesson 5b's layer: no op-level policy
     plan = Plan(tp=tp, microbatch=microbatch, sequence_parallel=sequence_parallel, recompute=recompute,
                 attention=attention, precision=precision)
     check_plan(model, plan, gpus=tp, global_batch=microbatch)  # one line naming what cannot be
