@@ -32,10 +32,6 @@ pytestmark = pytest.mark.usefixtures("english_afterwards")  # tests/conftest.py:
 
 MEASURED = "NBVAL_IGNORE_OUTPUT"
 CJK = re.compile(r"[\u3000-\u30ff\u4e00-\u9fff\uff00-\uffef]")
-# Chinese lessons stored before figures carried fingerprints (their English lessons are re-run and checked): checked
-# once re-run (then drop them here); every other lesson's figures must all carry one
-NOT_YET = {"00_start_here", "01_collectives", "03_zero", "04_pipeline_parallel", "05_tensor_parallel",
-           "05b_one_training_step"}
 # figures of measured data whose cells print deterministic text (so they carry no NBVAL_IGNORE_OUTPUT): a replay
 # measures again and draws other numbers. Like the marked cells, only their labels' language is checked.
 MEASURED_FIGURES = {
@@ -152,20 +148,14 @@ def lessons() -> list[str]:
 @pytest.mark.parametrize("path", lessons())
 def test_every_stored_figure_is_what_the_current_code_draws(path):
     nb, zh = notebook(path), "/zh/" in path
-    carried = [FINGERPRINT_KEY in out.get("metadata", {}) for _cell, out in figures(nb)]
-    if zh and path.split("/")[-1].removesuffix(".ipynb") in NOT_YET and not any(carried):
-        return  # listed above: stored before figures carried fingerprints
     if zh:
         i18n.set_language("zh")
     assert stale_figures(nb, zh) == []
 
 
 def test_the_lessons_re_run_here_are_checked():
-    """Every English lesson, and the Chinese ones re-run since fingerprints exist: every figure carries one, so
-    none is waved through."""
+    """Every lesson, English and Chinese: every figure carries a fingerprint, so none is waved through."""
     for path in lessons():
-        if "/zh/" in path and path.split("/")[-1].removesuffix(".ipynb") in NOT_YET:
-            continue
         assert all(FINGERPRINT_KEY in out["metadata"] for _c, out in figures(notebook(path))), path
     assert sum(bool(figures(notebook(p))) for p in lessons() if "/zh/" not in p) >= 7  # lessons with figures
 

@@ -131,7 +131,8 @@ VARIANTS = {
     r"(?<![\w`/._])advisor(?![\w`_])": ("the advisor (`simlab plan`)", "策略顾问"),
     r"(?<![\w`/._{])blocks?(?![\w`_}])": ("block (a transformer layer, an MLP or attention under TP)", "模块"),
     "全对全": ("all-to-all", "全交换"),
-    "逐个阶段|几个阶段": ("phase (of a DP step)", "环节"),  # a pipeline's 前一个阶段 is its stage
+    "逐个阶段|几个阶段": ("phase (of a DP step)", "环节"),  # 阶段 alone: ZeRO's (test_阶段_is_said_only_of_zero)
+    "各段|每段|首段|末段|段数": ("pipeline stage", "流水线级 / 级 (各级, 每级, 第一级, 级数)"),
 }
 CJK_CHAR = re.compile(r"[\u4e00-\u9fff]")
 
@@ -188,6 +189,7 @@ def test_no_chinese_text_uses_a_variant_the_glossary_replaces(variant):
     (r"(?<![\w`/._{])blocks?(?![\w`_}])", "每个 block 对一个张量做全归约"),
     ("全对全", "专家的全对全"),
     ("逐个阶段|几个阶段", "一步 DP，逐个阶段看"),
+    ("各段|每段|首段|末段|段数", "实测流水线各段之间的点对点带宽"),  # hybrid.po before issue 26
 ])
 def test_each_variant_the_review_found_is_caught(variant, text):
     assert re.search(variant, _prose(text))
@@ -211,3 +213,78 @@ def test_every_lesson_named_as_teaching_a_term_uses_it(row):
         zh = prose(zh_path) if zh_path else ""
         said = any(re.search(rf"(?<![a-z]){re.escape(n)}", en) for n in names_en) or any(n in zh for n in names_zh)
         assert said, f"{english}: {lesson} never says {names_en} or {names_zh}"
+
+
+# ---- 阶段 is ZeRO's word: a pipeline stage is 流水线级 (级), a DP or ring phase 环节, a 前向/反向 column 方向 ------
+ZERO_WORDS = re.compile(r"ZeRO|零冗余|P_os|Offload|卸载")
+PIPELINE_WORDS = re.compile(r"流水线|微批次|气泡|1F1B|GPipe|模型块|PP|嵌入层|输出层")
+PHASE_阶段 = re.compile(r"(归约分散|全收集|全归约|收集|前向|反向|预热|稳态|冷却|汇合|通信|计算|更新)阶段")  # a phase, always
+SENTENCE = re.compile(r"[^。；！？\n]+")
+CLAUSE = re.compile(r"[^。；！？：，\n]+")  # ZeRO must be named in the clause itself, not somewhere in a long sentence
+
+
+def stage_misuses(text: str, zero_place: bool) -> list[str]:
+    """The clauses of `text` that say 阶段 of something other than a ZeRO stage. A clause with 阶段 must name ZeRO
+    itself, unless it lies in ZeRO's own lesson or catalog (zero_place: "阶段 3 在每层运行前一刻才收集它") in a
+    sentence that is not about the pipeline (its words: 流水线, 微批次, 气泡, …). "归约分散阶段" and the like are
+    phases (环节) wherever they stand."""
+    out = []
+    for sentence in SENTENCE.findall(text):
+        if "阶段" not in sentence:
+            continue
+        if PHASE_阶段.search(sentence):
+            out.append(sentence.strip())
+        elif not (zero_place and not PIPELINE_WORDS.search(sentence)):
+            out += [c.strip() for c in CLAUSE.findall(sentence) if "阶段" in c and not ZERO_WORDS.search(c)]
+    return out
+
+
+def stage_places() -> list[tuple[str, str, bool]]:
+    """(where, text, zero_place) for the zh notebooks, solutions and exercises, README.zh.md, every catalog entry
+    by its .po file, and the .po files' header comments (they state the terms translators follow)."""
+    from simlab.i18n import po_paths, read_po
+    out = [(where, text, "03_zero" in where) for where, text in chinese_places() if not where.startswith("catalog")]
+    out.append(("README.zh.md", _prose((ROOT / "README.zh.md").read_text(encoding="utf-8")), False))
+    for po in po_paths("zh"):
+        text = po.read_text(encoding="utf-8")
+        comments = "\n".join(line for line in text.splitlines() if line.startswith("#"))
+        out += [(f"{po.name}: {k[:40]!r}", _prose(v), po.stem == "zero") for k, v in read_po(text).items() if k]
+        out.append((f"{po.name}: comments", comments, po.stem == "zero"))
+    return out
+
+
+def test_阶段_is_said_only_of_zero():
+    found = [f"{where}: {s}" for where, text, zero in stage_places() for s in stage_misuses(text, zero)]
+    assert found == [], ("阶段 is a ZeRO stage only (GLOSSARY.md): a pipeline stage is 流水线级 / 级 (第 0 级, 每级, "
+                         "各级), a phase 环节:\n" + "\n".join(found[:20]))
+
+
+@pytest.mark.parametrize("old, zero_place", [  # verbatim from the course before issue 26 (commit ac37532)
+    # i18n/zh/notebooks/00_start_here.yaml: the pipeline stage where lesson 0 defines it
+    ("在流水线的图里（第 4 课），模型的层被切成若干**阶段**（stage），每个 rank 一个阶段；每个批次被切成若干**微批次**，"
+     "依次流过各个阶段。", False),
+    # i18n/zh/notebooks/04_pipeline_parallel.yaml: a stage in a sentence that also names ZeRO-3 (caught by clause)
+    ("没有任何东西被复制，所以一块 GPU 放不下的模型可以放到几块 GPU 上——前提是每个阶段都放得下：如果单独一层就超出"
+     "一块 GPU，需要的是张量并行或 ZeRO-3（第 5 课；原文也这么说）", False),
+    # i18n/zh/solutions/06_choosing_a_strategy.yaml
+    ("3. `tp_bytes`（一个数）：global rank 0 每步在它的 TP 组上发送多少字节？它在流水线阶段 0，这个阶段放着嵌入层和"
+     "前 2 个模块（loss 在阶段 1）。", False),
+    ("{at} 写的是阶段 {stage}，但阶段只有 0..{last}", False),  # pipeline.po: no pipeline word, still caught
+    ("红色实线箭头表示接收方把这一块*加*到自己的块上（归约分散阶段）", False),  # 00_start_here.yaml: a ring's phase
+    ("阶段", False),  # tensor_parallel.po: the column that holds 前向/反向
+    # constructed: the pipeline inside ZeRO's own lesson, and a phase there
+    ("与流水线并行一起用时，每个阶段都要跑 m 个微批次。", True),
+    ("每层的梯度在归约分散阶段之后传到 CPU", True),
+])
+def test_each_old_use_of_阶段_is_caught(old, zero_place):
+    assert stage_misuses(_prose(old), zero_place)
+
+
+@pytest.mark.parametrize("kept, zero_place", [
+    ("DDP 和各个 ZeRO 阶段在模型误差之内打平", False), ("ZeRO 阶段 {stage}", False),
+    ("ZeRO 的各个阶段以及每个阶段分片什么（第 3 课）", False),
+    ("阶段 3 在每层运行前一刻才收集它，运行完立即释放", True), ("在 {n} 个真实进程上运行这个阶段", True),
+    ("每个流水线级内部用张量并行；第 0 级放嵌入层", False),
+])
+def test_what_says_阶段_of_zero_or_says_级_passes(kept, zero_place):
+    assert stage_misuses(_prose(kept), zero_place) == []

@@ -68,7 +68,7 @@ def test_the_key_names_each_op_the_lesson_uses():
     key = gantt_text(trace, 2).splitlines()[-1]
     assert "F 前向，I 反向（输入梯度），W 反向（权重梯度）" in key and "数字 = 第几个微批次" in key
     looped = gantt_text(simulate(make_schedule("interleaved", 2, 2, 2)), 2).splitlines()[-1]
-    assert "标签 = 阶段 + 操作 + 微批次" in looped
+    assert "标签 = 级 + 操作 + 微批次" in looped
 
 
 def test_a_cut_chart_says_so_in_chinese():
@@ -112,7 +112,7 @@ def test_the_explorer_in_chinese_with_the_same_numbers():
     assert repr(chinese.player) == "▶ 运行这个单元格，获得时间线播放器"
     assert repr(chinese.run_control) == "▶ 运行这个单元格，获得真实运行按钮"
     assert chinese.run_control.button.description == "在真实进程上运行"
-    assert [k.description for k in chinese.knobs.values()] == ["调度", "t_B / t_F", "阶段数 p", "微批次数 m",
+    assert [k.description for k in chinese.knobs.values()] == ["调度", "t_B / t_F", "级数 p", "微批次数 m",
                                                                "模型块数 v（交错式）"]
     headers = re.findall(r"<th[^>]*>([^<]*)</th>", chinese.readout.value)
     assert headers == ["调度", "p", "m", "v", "总耗时", "气泡（闲置 / 总时长）", "比值（闲置 / 理想时长）", "每个 rank 的峰值激活"]
@@ -265,7 +265,7 @@ def test_a_right_prediction_passes_in_chinese(capsys):
     ("interleaved", [12, 12, 12], "（那是这一步的全部前向"),
     ("interleaved", [6, 4, 2], "（不是 1F1B 的 v 倍"),
     ("interleaved", [7, 5, 3], "（预热之外，还要加上"),
-    ("interleaved", [4, 6, 8], "（rank 0 是第一个阶段"),
+    ("interleaved", [4, 6, 8], "（rank 0 是第一级"),
     ("zero-bubble", [3, 2, 1], "（那是 1F1B 的"),
     ("zero-bubble", [3, 3, 2], "权重梯度 W"),
 ])
