@@ -38,7 +38,7 @@ from .expert_parallel_costs import gemms as moe_gemms
 from .gpus import flash_seconds, gemm_seconds
 from .hybrid import ACTIVATION_BYTES, ATTENTION, CP_COMMS
 from .hybrid_memory import Knobs, cp_traffic, layer_activation_bytes
-from .hybrid_op_sac import recompute_gemm_seconds
+from .hybrid_op_sac import recomputed_mms
 from .model import Transformer
 from .network import all_gather, all_reduce, reduce_scatter, send
 
@@ -109,7 +109,7 @@ def layer_seconds(model: Transformer, k: Knobs, c, precision: str) -> dict:
     # op-sac (`hybrid_op_sac`): the unsaved matmuls' forward GEMMs by their shapes, and the forward's element-wise
     # work again (norms, rotary, SiLU and the gate's product, residuals: none of them is saved); skipped when no
     # plan asks for it (the advisor's default search times ~10⁶ plans)
-    op_sac = recompute_gemm_seconds(model, k, gpu, gemm_seconds, fp8) + elementwise + \
+    op_sac = _gemm_times(gpu, [mm[1:] for mm in recomputed_mms(model, k)], fp8)[0] + elementwise + \
         OPS_LAYER["forward"] * gpu.op_overhead if np.any(np.asarray(k.recompute) == 3) else 0
     message = k.b * model.seq * model.hidden * a_b  # one (b, s, h) activation
     message = message if np.all(np.asarray(k.cp) == 1) else message / k.cp  # of s/cp tokens

@@ -70,8 +70,3 @@ def kept_bytes(model, k) -> dict:
     kept["flash_lse"] = 4 * tokens * model.heads / t  # its log-sum-exp, fp32, one per head and token
     kept["reduce_scatter_outputs"] = np.where(sp & (t > 1), 2 * 2 * tokens * h / t, 0)  # after o and the MLP
     return kept
-
-
-def recompute_gemm_seconds(model, k, gpu, gemm_seconds, fp8: bool = False):
-    """Forward seconds of the recomputed matmuls, each timed by its shape (`gpus.gemm_seconds`)."""
-    return sum(gemm_seconds(gpu, m, n, kk, fp8=fp8) for _, m, n, kk in recomputed_mms(model, k))
