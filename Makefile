@@ -69,8 +69,8 @@ $(BIN)/.browser-installed: $(BIN)/.installed
 
 # JupyterLab in headless chromium (Debian's /usr/bin/chromium, driven by playwright; never `playwright install`).
 # -n 2: two workers, each its own JupyterLab and chromium. A lesson's check mostly waits (page loads, a kernel's
-# start, redraws): one worker used 1.2 of 2 cores, and two took 5.3 min where one took 7.5. worksteal: a worker
-# left idle takes queued lessons from the other, and the longest lessons are queued first (conftest.py).
+# start, redraws): one worker used 1.2 of 2 cores; in a fresh-clone CI run two took 6.3 min where one took 7.5.
+# worksteal: a worker left idle takes queued lessons from the other; the longest are queued first (conftest.py).
 test-browser: setup $(BIN)/.browser-installed
 	$(BIN)/python -m pytest browser_tests -p no:cacheprovider -q -n 2 --dist worksteal
 
