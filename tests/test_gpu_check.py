@@ -227,3 +227,18 @@ def test_the_dry_run_passes_every_row_and_writes_its_table(tmp_path):
     for name in expected:
         assert rows[name].rstrip(" |").endswith(("✓", "info")), rows[name]
     assert "tensors in collectives: 4 on cpu" in rows["tensor parallel: mlp"]
+
+
+def test_the_readme_quotes_the_gpu_table_it_links():
+    """README's "On GPUs" summary is typed from benchmarks/gpu_check.md (the measured table): each figure in it
+    must be in that file, so the two cannot drift apart."""
+    import re
+    root = Path(__file__).resolve().parent.parent
+    readme = root.joinpath("README.md").read_text()
+    section = readme[readme.index("**Measured on a borrowed H200**"):readme.index("## For developers")]
+    summary = [line for line in section.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    measured = root.joinpath("benchmarks", "gpu_check.md").read_text().replace(",", "")
+    figures = {f for line in summary for f in re.findall(r"\d[\d,]*\.\d+|\d[\d,]{3,}", line)}
+    assert len(summary) == 5 and len(figures) >= 15
+    for figure in figures:
+        assert figure.replace(",", "") in measured, figure

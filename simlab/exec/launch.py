@@ -168,8 +168,8 @@ def _check_picklable(fn, method):
 def _pick_start_method(start_method: str) -> str:
     if start_method != "auto":
         return start_method
-    # fork can't carry an initialised CUDA context into the child; spawn is the only safe choice then.
-    if sys.platform.startswith("linux") and not torch.cuda.is_initialized():
+    # fork can't carry a started CUDA driver into the child; spawn is the only safe choice then.
+    if sys.platform.startswith("linux") and not launch_device.cuda_driver_started():
         return "fork"
     return "spawn"
 

@@ -8,14 +8,20 @@
 - `rendezvous_host`: where the launch's store listens: loopback (127.0.0.1), unless SIMLAB_MASTER_ADDR names
   another address *and* SIMLAB_ALLOW_REMOTE=1 says that exposing the run to the network is meant.
 - `gloo_interface`: keep gloo on loopback when the rendezvous is on this machine.
+- `gpu_count`: the GPUs, counted without touching CUDA in this process, so that ranks can still be forked.
 """
 from __future__ import annotations
 
+import ctypes
 import fcntl
+import functools
 import ipaddress
 import os
 import socket
 import struct
+import subprocess
+import sys
+import warnings
 
 import torch
 import torch.distributed as dist
@@ -23,6 +29,9 @@ import torch.distributed as dist
 from simlab._checks import check_choice, check_int
 
 BACKENDS = ("auto", "gloo", "nccl")
+# torch.cuda.is_available() asks NVML instead of starting CUDA's driver, which would make every later launch
+# spawn its ranks (`cuda_driver_started`); a value you set yourself is left alone
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 DEVICES = ("cpu", "cuda")  # what SIMLAB_DEVICE may say
 
 
@@ -30,13 +39,71 @@ def resolve_backend(backend: str, world_size: int) -> str:
     """'auto' → 'nccl' with one GPU per rank, else 'gloo'. Raises ValueError before anything starts."""
     check_choice("backend", backend, BACKENDS)
     check_int("world_size", world_size, 1)
-    gpus = torch.cuda.device_count()  # asks NVML; is_available() would init CUDA and poison later forks
+    gpus = gpu_count()
     if backend == "auto":
         return "nccl" if gpus >= world_size else "gloo"
     if backend == "nccl" and gpus < world_size:
         raise ValueError(f"backend='nccl': needs one GPU per rank, {world_size} for world_size={world_size}; "
                          f"found {gpus}")
     return backend
+
+
+def gpu_count() -> int:
+    """CUDA GPUs this process may use (CUDA_VISIBLE_DEVICES counted), found without poisoning fork.
+
+    torch.cuda.device_count() asks NVML and, where NVML cannot answer (containers, gVisor), the CUDA driver
+    itself: from then on every rank forked from this process fails on its first CUDA call ("Cannot
+    re-initialize CUDA in forked subprocess", or "CUDA error: initialization error"). Measured on the first GPU
+    we borrowed (an H200 under gVisor): every forked engine's rank failed so. There a child process counts,
+    once per CUDA_VISIBLE_DEVICES."""
+    if not torch.backends.cuda.is_built():
+        return 0
+    if torch.cuda.is_initialized():  # CUDA is up here already: asking costs nothing more (and launch spawns)
+        return torch.cuda.device_count()
+    try:
+        with warnings.catch_warnings():  # "Can't initialize NVML": the answer below says it better
+            warnings.simplefilter("ignore")
+            found = torch.cuda._device_count_nvml()  # NVML only; -1 when it cannot answer
+    except Exception:  # a private function: gone or changed in another torch, ask the child
+        found = -1
+    return found if found >= 0 else _count_in_a_child(os.environ.get("CUDA_VISIBLE_DEVICES"))
+
+
+@functools.lru_cache(maxsize=None)
+def _count_in_a_child(visible: str | None) -> int:
+    """torch.cuda.device_count() in a fresh process: its CUDA driver dies with it. `visible`: the cache key."""
+    try:
+        out = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                             capture_output=True, text=True, timeout=120, check=True)
+        return int(out.stdout.split()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):  # no answer: count here after all;
+        return torch.cuda.device_count()  # cuda_driver_started() says so from now on, and launch spawns
+
+
+def cuda_driver_started() -> bool:
+    """True when CUDA's driver runs in this process (cuInit was called): a forked rank cannot use CUDA then.
+
+    torch.cuda.is_initialized() does not see every way in: torch.cuda.is_available() (without NVML) and
+    cudaGetDeviceCount start the driver and leave it False. Measured on the first GPU we borrowed: every
+    forked rank failed so. The driver itself knows: before cuInit, cuDeviceGetCount answers
+    CUDA_ERROR_NOT_INITIALIZED (3), and loading the library does not call cuInit."""
+    if not torch.backends.cuda.is_built():
+        return False
+    if torch.cuda.is_initialized():
+        return True
+    lib = _libcuda()
+    if lib is None:  # no driver on this machine: nothing can have started it
+        return False
+    count = ctypes.c_int(0)
+    return lib.cuDeviceGetCount(ctypes.byref(count)) != 3  # 0: started; any other error: be safe, spawn
+
+
+@functools.lru_cache(maxsize=None)
+def _libcuda():
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
 
 
 def device() -> torch.device:
@@ -53,7 +120,7 @@ def gpus_for(backend: str) -> int:
     """GPUs the ranks are spread over: all of them under NCCL or SIMLAB_DEVICE=cuda, else 0 (the CPU).
     Checked in the parent, before any process starts."""
     wanted = check_choice("SIMLAB_DEVICE", os.environ.get("SIMLAB_DEVICE") or "cpu", DEVICES)
-    gpus = torch.cuda.device_count() if backend == "nccl" or wanted == "cuda" else 0
+    gpus = gpu_count() if backend == "nccl" or wanted == "cuda" else 0
     if wanted == "cuda" and not gpus:
         raise ValueError("SIMLAB_DEVICE=cuda: this machine has no CUDA GPU (unset it to run on the CPU)")
     return gpus

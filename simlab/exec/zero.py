@@ -72,8 +72,10 @@ class ZeroAdam:
         self.sizes = [shard_size(m.weight.numel() + m.bias.numel(), self.n) for _, m in self.layers]  # S_l
         self.offsets = [sum(self.sizes[:k]) for k in range(len(self.sizes))]  # layer k's place in a rank's row
         where = HOST if offload else self.layers[0][1].weight.device  # Adam's state: host or the model's device
-        for k, (i, m) in enumerate(self.layers):  # self.layers keeps the nn.Linear itself
+        for k, (i, m) in enumerate(self.layers):  # stages 1/2: self.layers keeps the nn.Linear itself
             model[i] = ShardedLinear(m, k, group, self.rec) if stage == 3 else TracedLinear(m, k, self.rec)
+        if stage == 3:  # ... stage 3 the ShardedLinear: a reference to the nn.Linear would keep its full
+            self.layers = [(i, model[i]) for i, _ in self.layers]  # weights alive, ZeRO-3's saving lost
         self.exp_avg = [torch.zeros(s, device=where) for s in self.sizes]  # (S,) each
         self.exp_avg_sq = [torch.zeros(s, device=where) for s in self.sizes]
         self.grad_shards = [None] * len(self.sizes)  # stage 2 / offload: the reduced (S,) grads we keep

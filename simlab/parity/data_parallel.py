@@ -20,6 +20,7 @@ from .._checks import check_batch, check_choice, check_int, check_positive
 from ..exec.data_parallel import ALLREDUCE, BucketedDDP
 from ..exec.data_parallel_threads import PHASES, ThreadDataParallel
 from ..exec.launch import device, launch
+from ..exec.launch_device import gpu_count
 from ..exec.models import TINY_MLP, flat_params, loss_fn, make_batch, make_mlp, shard, train_steps
 from ..sim.collectives import ring_bytes_sent
 from ..sim.data_parallel import Workload, simulate_dp
@@ -83,7 +84,7 @@ def run_dp(world_size: int, steps: int = 5, global_batch: int = 16, seed: int = 
 
 def _torch_data_parallel(world_size, batch, sizes, seed, steps, lr):
     """torch's own nn.DataParallel on `world_size` GPUs: (final params, None), or (None, why not)."""
-    gpus = torch.cuda.device_count()  # NVML only: no CUDA context unless we really use the GPUs
+    gpus = gpu_count()  # no CUDA context here unless we really use the GPUs
     if gpus < world_size:
         return None, f"torch's nn.DataParallel needs {world_size} GPUs, found {gpus}"
     model = make_mlp(sizes, seed).cuda()

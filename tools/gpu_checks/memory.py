@@ -8,7 +8,7 @@ import gc
 
 import torch
 
-from .measure import Meter, fake_group
+from .measure import Meter, fake_group, warm_cublas
 from .plan import ZERO, checks_of, layouts
 from .report import FAIL, PASS, mb, one_line, row
 
@@ -26,21 +26,25 @@ def zero_memory(rank, world_size, stage, offload, sizes):
     from simlab.exec.zero import ZeroAdam
     dev = device()
     x, y = (t.to(dev) for t in shard(make_batch(8 * world_size, sizes[0], sizes[-1]), rank, world_size))
+    workspaces = warm_cublas(dev)
     meter = Meter(dev)
     model = make_mlp(sizes).to(dev)
     opt = ZeroAdam(model, stage, lr=1e-3, offload=offload)
     train_steps(model, opt, x, y, 2)
     steady, peak, counted = meter.now(), meter.peak(), opt.memory()
     opt.close()
-    return {"steady": steady, "peak": peak, "counted": counted["params"] + counted["grads"] + counted["optimizer"]}
+    return {"steady": steady, "peak": peak, "counted": counted["params"] + counted["grads"] + counted["optimizer"],
+            "workspaces": workspaces}
 
 
 def memory_verdict(check, how, got: dict, model: float, extra="") -> dict:
-    """One memory row: the allocator's bytes held after the step (the engine's own count on the CPU) vs `model`."""
+    """One memory row: the allocator's bytes held after the step (the engine's own count on the CPU) vs `model`;
+    cuBLAS's workspaces, made before the step (`warm_cublas`), are named beside the bytes, not in them."""
     measured = got["steady"] if got["steady"] is not None else got["counted"]
     error = (measured - model) / model
     what = "held" if got["steady"] is not None else "counted (cpu)"
     peak = "" if got["peak"] is None else f", peak {mb(got['peak'])}"
+    peak += f" (besides cuBLAS's workspaces, {mb(got['workspaces'])})" if got.get("workspaces") else ""
     return row(check, how, f"{what} {mb(measured)}{peak}", f"model {mb(model)} (±{MEMORY_TOL:.0%})",
                f"{100 * error:+.2f} %{extra}", PASS if abs(error) <= MEMORY_TOL else FAIL)
 
@@ -90,6 +94,7 @@ def memory_3d(rank, world_size, shape, fields, steps=2):
     batch = plan_.dp * plan_.microbatch * m
     rows = batch // plan_.dp
     x, y = (t.to(dev) for t in make_tokens(batch, shape["seq"], shape["vocab"]))
+    workspaces = warm_cublas(dev)
     meter = Meter(dev)
     gpt = make_gpt(shape["layers"], shape["hidden"], shape["heads"], shape["seq"], shape["vocab"])  # on the CPU
     stats = CommStats(groups["tp"])
@@ -112,7 +117,7 @@ def memory_3d(rank, world_size, shape, fields, steps=2):
     gc.collect()
     counted = opt.memory()
     return {"steady": meter.now(), "peak": peak, "counted": sum(counted.values()), "pp_rank": pp_r,
-            "microbatches": m, "batch": batch}
+            "microbatches": m, "batch": batch, "workspaces": workspaces}
 
 
 def child_memory_3d(mode, gpus, size):

@@ -5,7 +5,7 @@ On ONE GPU (what gpu-check was reshaped for: 1 GPU, ~15 minutes, no network), se
 | check                             | backend | ranks       | compared                                           |
 |-----------------------------------|---------|-------------|----------------------------------------------------|
 | timing: one train step            | none    | 1 process   | median CUDA-event step vs time model (info)        |
-| memory: one train step (peak)     | none    | 1 process   | max_memory_allocated vs advisor's bytes/GPU (info) |
+| memory: one train step (peak)     | none    | 1 process   | peak requested bytes vs advisor's bytes/GPU (info) |
 | memory: zero1/zero2/zero3/offload | fake    | 0 of 4      | held vs lesson 3's per_gpu_bytes (5 %); peak       |
 | memory: 3-d first stage           | fake    | 0 of 8      | 2·2·2, ZeRO-1: held vs rank_states (5 %); peak     |
 | memory: 3-d last stage            | fake    | 7 of 8      | the same on the last stage (the output layer's)    |

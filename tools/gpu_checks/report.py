@@ -17,7 +17,8 @@ COLUMNS = ("check", "run as", "measured", "expected", "result", "ok")
 PASS, FAIL, INFO = "✓", "✗", "info"
 LEGEND = ("✓ within the stated tolerance; ✗ failed (or crashed / timed out: the reason is in the row); info: "
           "reported with no pass line (the time model's ratio is a measurement, not a test). Memory rows: "
-          "bytes the rank holds after its step vs the memory model; peak = torch.cuda.max_memory_allocated.")
+          "bytes the rank's tensors hold after its step (the allocator's requested_bytes) vs the memory model; "
+          "peak = their most.")
 
 
 def row(check, how, measured="", expected="", result="", ok=FAIL) -> dict:
