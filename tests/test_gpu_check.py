@@ -135,8 +135,8 @@ def test_memory_rows_pass_within_five_percent():
     held = {"steady": 1_040_000, "peak": 3_000_000, "counted": 1_000_000}
     assert memory.memory_verdict("m", "", held, 1_000_000)["ok"] == "✓"
     assert memory.memory_verdict("m", "", held | {"steady": 1_060_000}, 1_000_000)["ok"] == "✗"
-    on_cpu = memory.memory_verdict("m", "", {"steady": None, "peak": None, "counted": 1_000_000}, 1_000_000)
-    assert on_cpu["ok"] == "✓" and on_cpu["measured"].startswith("counted (cpu)")
+    on_cpu = memory.memory_verdict("m", "", {"steady": 1_000_000, "peak": None, "counted": 1_000_000}, 1_000_000)
+    assert on_cpu["ok"] == "✓" and on_cpu["measured"].startswith("held (every tensor reachable, cpu)")
 
 
 def test_the_table_is_markdown_and_one_line_per_failure():
@@ -242,3 +242,30 @@ def test_the_readme_quotes_the_gpu_table_it_links():
     assert len(summary) == 5 and len(figures) >= 15
     for figure in figures:
         assert figure.replace(",", "") in measured, figure
+
+
+def _keeps_the_linears(original):
+    def init(self, model, stage, *args, **kwargs):
+        self.kept = list(model)  # what ZeroAdam did before the first GPU run: the full nn.Linears, referenced
+        original(self, model, stage, *args, **kwargs)
+    return init
+
+
+def test_the_dry_run_sees_what_an_engine_keeps_beyond_its_own_count(monkeypatch):
+    """The CPU dry run measures every tensor the rank can reach, not the engine's own count: ZeRO-3 keeping its
+    full weights (found first on the H200) is a ✗ on the CPU too, while the engine's count still says shards."""
+    import simlab.exec.zero as Z
+    from simlab.sim.memory import per_gpu_bytes
+    sizes = memory.MLP_SIZES["tiny"]
+    layers = [(a + 1) * b for a, b in zip(sizes, sizes[1:])]
+    model = per_gpu_bytes(layers, 4, 3, precision="fp32")["total"]
+    verdicts = []
+    for patched in (False, True):
+        if patched:
+            monkeypatch.setattr(Z.ZeroAdam, "__init__", _keeps_the_linears(Z.ZeroAdam.__init__))
+        with measure.fake_group(0, 4):
+            got = memory.zero_memory(0, 4, 3, False, sizes)
+        assert got["counted"] == model  # the engine's own count cannot tell
+        verdicts.append(memory.memory_verdict("memory: zero3", "fake group", got, model))
+    assert verdicts[0]["ok"] == report.PASS and "held (every tensor reachable, cpu)" in verdicts[0]["measured"]
+    assert verdicts[1]["ok"] == report.FAIL and verdicts[1]["result"].startswith("+")

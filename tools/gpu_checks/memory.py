@@ -1,7 +1,8 @@
 """The memory groups: the CUDA bytes one rank holds after a step against the memory model, within 5 % — ZeRO 1/2/3
 and Offload on 4 ranks (lesson 3's `per_gpu_bytes`) and the first and last stage of a dp·pp·tp = 2·2·2 run with
 ZeRO-1 (lesson 6's `rank_states`), each rank played by this one process in torch's fake process group (with one
-GPU per rank, ZeRO's on real NCCL ranks); the peak beside them. On the CPU the engines' own counts stand in."""
+GPU per rank, ZeRO's on real NCCL ranks); the peak beside them. On the CPU every tensor the rank can reach stands in
+(`measure.Meter`)."""
 from __future__ import annotations
 
 import gc
@@ -20,7 +21,7 @@ PLAN3D = dict(dp=2, pp=2, tp=2, microbatch=2, zero=1, attention="eager", overlap
 
 
 def zero_memory(rank, world_size, stage, offload, sizes):
-    """Bytes this rank holds after two ZeroAdam steps (the data excluded): allocator and engine's own count."""
+    """Bytes this rank holds after two ZeroAdam steps (the data excluded): `Meter`'s and the engine's own count."""
     from simlab.exec.launch import device
     from simlab.exec.models import make_batch, make_mlp, shard, train_steps
     from simlab.exec.zero import ZeroAdam
@@ -38,11 +39,12 @@ def zero_memory(rank, world_size, stage, offload, sizes):
 
 
 def memory_verdict(check, how, got: dict, model: float, extra="") -> dict:
-    """One memory row: the allocator's bytes held after the step (the engine's own count on the CPU) vs `model`;
+    """One memory row: the bytes the rank's tensors hold after the step (`Meter`: CUDA's requested bytes, on the
+    CPU every tensor Python can reach) vs `model`;
     cuBLAS's workspaces, made before the step (`warm_cublas`), are named beside the bytes, not in them."""
-    measured = got["steady"] if got["steady"] is not None else got["counted"]
+    measured = got["steady"]
     error = (measured - model) / model
-    what = "held" if got["steady"] is not None else "counted (cpu)"
+    what = "held" if got["peak"] is not None else "held (every tensor reachable, cpu)"
     peak = "" if got["peak"] is None else f", peak {mb(got['peak'])}"
     peak += f" (besides cuBLAS's workspaces, {mb(got['workspaces'])})" if got.get("workspaces") else ""
     return row(check, how, f"{what} {mb(measured)}{peak}", f"model {mb(model)} (±{MEMORY_TOL:.0%})",
@@ -68,7 +70,8 @@ def child_memory_zero(mode, gpus, size):
             else:
                 with fake_group(0, n):
                     got = zero_memory(0, n, stage, offload, sizes)
-            model = per_gpu_bytes(layers, n, stage, offload=offload, precision="fp32")["total"]
+            want = per_gpu_bytes(layers, n, stage, offload=offload, precision="fp32")
+            model = want["total"] + (want["cpu"] if mode == "cpu" else 0)  # the dry run's host is its device
             yield memory_verdict(check, checks[check], got, model)
         except Exception as err:
             yield row(check, checks[check], result=one_line(err))

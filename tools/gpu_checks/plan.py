@@ -40,7 +40,7 @@ were on: a gloo rank that silently computed on the CPU is a ✗. Why this split:
 With one GPU per rank (≥ 2 GPUs) the parity rows run as they always did: NCCL on min(GPUs, 4) ranks, one GPU
 each (DDP with our ring, the pipeline 1F1B), ZeRO's memory on real NCCL ranks; 3-D memory and timing as above.
 CUDA_VISIBLE_DEVICES=0 runs the one-GPU plan on such a machine. On the CPU (--device cpu) the plan is the one-GPU
-plan with gloo for nccl, the CPU for cuda:0, tiny sizes, and the engines' own byte counts for CUDA's.
+plan with gloo for nccl, the CPU for cuda:0, tiny sizes, and every tensor a rank can reach for CUDA's bytes.
 """
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def mb(nbytes) -> str:
 
 
 def header(env: dict, mode: str, gpus: int, budget: float, spent: float) -> list:
-    what = {"cpu": "CPU dry run (tiny sizes; the engines' byte counts stand in for CUDA's)",
+    what = {"cpu": "CPU dry run (tiny sizes; every tensor a rank can reach stands in for CUDA's bytes)",
             "one-gpu": "one GPU: ranks share cuda:0 (gloo) or run alone (NCCL)",
             "gpu-per-rank": f"one GPU per rank: NCCL on {min(gpus, 4)} ranks"}[mode]
     gpu = (f"{env.get('name', '?')} ({env.get('memory', 0) / 2**30:.1f} GiB, {env.get('capability', '?')}), "
