@@ -51,11 +51,11 @@ def resolve_backend(backend: str, world_size: int) -> str:
 def gpu_count() -> int:
     """CUDA GPUs this process may use (CUDA_VISIBLE_DEVICES counted), found without poisoning fork.
 
-    torch.cuda.device_count() asks NVML and, where NVML cannot answer (containers, gVisor), the CUDA driver
-    itself: from then on every rank forked from this process fails on its first CUDA call ("Cannot
-    re-initialize CUDA in forked subprocess", or "CUDA error: initialization error"). Measured on the first GPU
-    we borrowed (an H200 under gVisor): every forked engine's rank failed so. There a child process counts,
-    once per CUDA_VISIBLE_DEVICES."""
+    torch.cuda.device_count() asks NVML and, where NVML cannot answer (some containers), the CUDA driver itself:
+    from then on every rank forked from this process fails on its first CUDA call ("Cannot re-initialize CUDA in
+    forked subprocess", or "CUDA error: initialization error"), as they all did on the first GPU we borrowed
+    once torch.cuda.is_available() had started the driver (`cuda_driver_started`). Where NVML cannot answer, a
+    child process counts, once per CUDA_VISIBLE_DEVICES."""
     if not torch.backends.cuda.is_built():
         return 0
     if torch.cuda.is_initialized():  # CUDA is up here already: asking costs nothing more (and launch spawns)

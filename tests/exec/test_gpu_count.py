@@ -1,8 +1,8 @@
-"""launch_device.gpu_count: the GPUs, counted without poisoning fork. The first GPU we borrowed (an H200 under
-gVisor, where NVML cannot answer) failed every forked rank after torch.cuda.device_count() had asked the CUDA
-driver in the parent. These tests play such a machine on a CPU build: torch.cuda.device_count must not be
-called here unless the child process cannot answer; launch forks only while CUDA's driver has not started here.
-"""
+"""launch_device.gpu_count and cuda_driver_started: ranks can still be forked after counting GPUs. On the first GPU
+we borrowed (an H200) every forked rank failed, because torch.cuda.is_available() had started CUDA's driver in the
+parent while torch.cuda.is_initialized() stayed False; torch.cuda.device_count() does the same where NVML cannot
+answer. These tests play such machines on a CPU build: torch.cuda.device_count must not be called here unless
+the child process cannot answer; launch forks only while CUDA's driver has not started here."""
 import subprocess
 
 import pytest
