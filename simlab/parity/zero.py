@@ -17,6 +17,7 @@ import torch.distributed as dist
 from torch import nn
 
 from .._checks import check_batch, check_bool, check_int, check_positive
+from ..exec.held_bytes import HeldBytes
 from ..exec.launch import device, launch
 from ..exec.models import TINY_MLP, flat_params, make_batch, make_mlp, shard, train_steps
 from ..exec.zero import ZeroAdam
@@ -29,12 +30,14 @@ from .common import check_run, max_abs_diff, reference_train, result
 def train_zero(rank: int, world_size: int, stage: int, offload: bool, sizes, steps: int, global_batch: int,
                seed: int, lr: float, compare_torch: bool) -> dict:
     """Worker: train with ZeroAdam (then, if asked, with torch's ZeRO) on this rank's slice."""
+    held = HeldBytes()  # what this rank really keeps, beside what the engine says it keeps (`opt.memory()`)
     batch = [t.to(device()) for t in make_batch(global_batch, sizes[0], sizes[-1], seed)]
     x, y = shard(batch, rank, world_size)  # (B/n, in), (B/n, out)
     model = make_mlp(sizes, seed).to(device())  # same init everywhere: ZeRO, unlike our DDP, does not broadcast
     opt = ZeroAdam(model, stage, lr=lr, offload=offload)
     losses = train_steps(model, opt, x, y, steps)
     out = {"losses": losses, "memory": opt.memory(), "events": opt.rec.events, "backend": dist.get_backend(),
+           "held": held.since(exclude=batch) if device().type == "cpu" else None,  # a GPU: gpu-check measures
            "params": (_full_params(opt) if stage == 3 else flat_params(model)).cpu()}
     opt.close()
     del opt, model
@@ -94,7 +97,9 @@ def run_zero(stage: int, world_size: int = 4, steps: int = 5, global_batch: int 
     """Launch `world_size` ranks of ZeRO-`stage`; compare with one process and with torch's version.
 
     `measured_bytes_per_rank` is a list (one dict per rank) of {params, grads, optimizer, cpu} bytes kept
-    after the last step; 'cpu' is the host side of offloading (0 otherwise). `bytes_sent_per_rank`: what
+    after the last step, by the engine's own count; 'cpu' is the host side of offloading (0 otherwise).
+    `held_bytes_per_rank`: every tensor each rank can still reach then, the data left out (`HeldBytes`; ranks
+    on the CPU, None on a GPU), which must equal that count's sum. `bytes_sent_per_rank`: what
     each rank sent to the others in the first step (ring accounting, padding included)."""
     backend = check_run(world_size, backend, timeout, seed)
     check_zero(stage, world_size, global_batch, offload)
@@ -121,7 +126,7 @@ def run_zero(stage: int, world_size: int = 4, steps: int = 5, global_batch: int 
         if compare_torch else None, why_no_torch=None if compare_torch else "compare_torch=False",
         stage=stage, offload=offload, reference_losses=ref_losses,
         losses=[sum(step) / world_size for step in zip(*(r["losses"] for r in ranks))],
-        measured_bytes_per_rank=[r["memory"] for r in ranks],
+        measured_bytes_per_rank=[r["memory"] for r in ranks], held_bytes_per_rank=[r["held"] for r in ranks],
         predicted_bytes_per_rank=[{k: predicted[k] for k in ("params", "grads", "optimizer", "cpu")}] * world_size,
         predicted_bytes_sent_per_rank=[comm_volume_per_step(layers, stage, world_size, "fp32")] * world_size)
 

@@ -8,7 +8,6 @@ import functools
 import gc
 import os
 import sys
-import warnings
 from pathlib import Path
 
 import torch
@@ -28,29 +27,11 @@ def _requested(which: str) -> int:
     return torch.cuda.memory_allocated() if which == "current" else torch.cuda.max_memory_allocated()
 
 
-def _live_cpu_storages() -> dict:
-    """{address: storage} of every CPU tensor storage Python can reach, the collectives' receive buffers left out
-    (kept between calls, as NCCL keeps its own: no memory model counts them)."""
-    from simlab.exec.collectives import _SCRATCH
-    gc.collect()
-    scratch = {t.untyped_storage().data_ptr() for t in _SCRATCH.values()}
-    found = {}
-    with warnings.catch_warnings():  # isinstance on torch.distributed's deprecated reduce_op object warns
-        warnings.simplefilter("ignore", FutureWarning)
-        tensors = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
-    for obj in tensors:
-        if obj.device.type == "cpu" and not obj.is_meta:
-            storage = obj.untyped_storage()
-            if storage.nbytes() and storage.data_ptr() not in scratch:
-                found[storage.data_ptr()] = storage
-    return found
-
-
 class Meter:
     """Bytes this process's tensors hold beyond what they held when it was made (`now`), and CUDA's most
     (`peak`; None on the CPU). On CUDA the allocator's requested bytes; on the CPU, where no allocator counts,
-    every tensor storage Python can reach (the dry run's check of what an engine really keeps: its own count
-    once missed ZeRO-3's full weights, which only the first GPU run showed)."""
+    every tensor storage Python can reach (`simlab.exec.held_bytes`: the dry run's check of what an engine
+    really keeps; its own count once missed ZeRO-3's full weights, which only the first GPU run showed)."""
 
     def __init__(self, dev: torch.device):
         self.cuda = dev.type == "cuda"
@@ -58,13 +39,14 @@ class Meter:
             torch.cuda.synchronize()
             self.base = _requested("current")
             torch.cuda.reset_peak_memory_stats()
-        else:  # held, not just listed: a freed address reused by a new tensor would be missed
-            self.before = _live_cpu_storages()
-            self.base = sum(s.nbytes() for s in self.before.values())
+        else:
+            from simlab.exec.held_bytes import HeldBytes  # not at import: simlab comes after log_devices
+            self.held = HeldBytes()
+            self.base = sum(s.nbytes() for s in self.held.before.values())
 
     def now(self):
         if not self.cuda:
-            return sum(s.nbytes() for ptr, s in _live_cpu_storages().items() if ptr not in self.before)
+            return self.held.since()
         torch.cuda.synchronize()
         return _requested("current") - self.base
 
