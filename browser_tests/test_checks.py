@@ -53,18 +53,25 @@ def test_only_jupyterlabs_own_glitch_earns_a_second_check():
 
     from .test_lessons import LAB_GLITCH, checked_twice_on_lab_glitch
 
+    class Page:  # what check() does to a page: Notebook.close() closes it
+        def __init__(self):
+            self.closed = False
+
     def runs(*answers):
         tries = iter(answers)
         calls = []
 
-        def check():
-            calls.append(1)
+        def check(page):
+            assert not page.closed, "checked again on the page the first check closed"
+            calls.append(page)
+            page.closed = True
             return SimpleNamespace(problems=list(next(tries)))
         return check, calls
     glitch = f"uncaught error in the page: {LAB_GLITCH}: Unexpected token"
     check, calls = runs([glitch], [])
-    assert checked_twice_on_lab_glitch(check) == [] and len(calls) == 2  # once more, and clean
+    assert checked_twice_on_lab_glitch(check, Page(), Page) == [] and len(calls) == 2  # once more, and clean
+    assert calls[0] is not calls[1]  # on a fresh page
     check, calls = runs([glitch], [glitch])
-    assert checked_twice_on_lab_glitch(check) == [glitch] and len(calls) == 2  # twice: it fails
+    assert checked_twice_on_lab_glitch(check, Page(), Page) == [glitch] and len(calls) == 2  # twice: it fails
     check, calls = runs([glitch, "cell 3: an error output"])
-    assert len(checked_twice_on_lab_glitch(check)) == 2 and len(calls) == 1  # anything else: no second try
+    assert len(checked_twice_on_lab_glitch(check, Page(), Page)) == 2 and len(calls) == 1  # anything else: once
