@@ -54,7 +54,7 @@ def no_launch(monkeypatch):
     """Fails the test if anything tries to start worker processes (checks must refuse bad input first).
     Patched where every launch passes, whichever module imported `launch`."""
     import simlab.exec.launch as L
-    monkeypatch.setattr(L, "_pick_start_method", lambda *a: pytest.fail("a process was started"))
+    monkeypatch.setattr(L, "_pick_start_method", lambda *a, **k: pytest.fail("a process was started"))
     monkeypatch.setattr(L, "_run_under_torchrun", lambda *a: pytest.fail("a process was started"))
 
 

@@ -269,3 +269,28 @@ def test_the_dry_run_sees_what_an_engine_keeps_beyond_its_own_count(monkeypatch)
         verdicts.append(memory.memory_verdict("memory: zero3", "fake group", got, model))
     assert verdicts[0]["ok"] == report.PASS and "held (every tensor reachable, cpu)" in verdicts[0]["measured"]
     assert verdicts[1]["ok"] == report.FAIL and verdicts[1]["result"].startswith("+")
+
+
+def test_a_row_whose_engine_talks_through_collectives_must_see_one(monkeypatch):
+    """On the first GPU run the ranks were spawned and the log's wrappers did not reach them: "tensors in
+    collectives: none" passed. A row that expects collectives (`logs=True`) now fails when none was seen."""
+    monkeypatch.setattr(parity, "logged_devices", lambda: {})
+    res = {"max_abs_diff_vs_reference": 0.0, "max_abs_diff_vs_torch": 0.0, "backend": "gloo", "world_size": 2}
+    seen_none = parity.parity("tensor parallel: mlp", "gloo", lambda twin: res, 1e-5, "cpu", logs=True)
+    assert seen_none["ok"] == report.FAIL and "the device check did not run" in seen_none["result"]
+    one_rank = parity.parity("pipeline: interleaved", "nccl", lambda twin: res, 1e-5, "cpu")  # sends only: none
+    assert one_rank["ok"] == report.PASS
+
+
+def test_a_spawned_rank_gets_the_logging_wrappers(tmp_path):
+    """multiprocessing's spawn re-runs the parent's main file as __mp_main__ before unpickling the rank's function:
+    tools/gpu_check.py installs the wrappers there, so spawned ranks log their collectives as forked ones do."""
+    code = ("import os, runpy, sys; sys.path.insert(0, 'tools'); os.environ['SIMLAB_GPU_CHECK_LOG'] = sys.argv[1]\n"
+            "import torch.distributed as dist\n"
+            "before = dist.all_reduce.__code__.co_name\n"
+            "runpy.run_path('tools/gpu_check.py', run_name='__mp_main__')\n"
+            "print(before, dist.all_reduce.__code__.co_name)")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], cwd=root, capture_output=True, text=True,
+                         timeout=120)
+    assert out.stdout.split() == ["wrapper", "logged"], out.stdout + out.stderr  # torch's own, then log_devices'

@@ -66,7 +66,7 @@ def launch(fn, world_size, *args, backend="auto", timeout=60.0, start_method="au
     worker = launch_env.torchrun_worker()  # torchrun's five variables, consistent; some of them: refused here
     if worker is not None:
         return _run_under_torchrun(fn, world_size, worker, args, kwargs, backend, timeout)
-    method = _pick_start_method(start_method)
+    method = _pick_start_method(start_method, ranks_use_cuda=gpus > 0)
     if method != "fork":
         _check_picklable(fn, method)
     host = launch_device.rendezvous_host()  # loopback unless asked for: refused in one line, before anything
@@ -165,11 +165,13 @@ def _check_picklable(fn, method):
                         f"(a .py file), not inside another function or in a notebook")
 
 
-def _pick_start_method(start_method: str) -> str:
+def _pick_start_method(start_method: str, ranks_use_cuda: bool = True) -> str:
     if start_method != "auto":
         return start_method
-    # fork can't carry a started CUDA driver into the child; spawn is the only safe choice then.
-    if sys.platform.startswith("linux") and not launch_device.cuda_driver_started():
+    # A forked rank cannot use CUDA once the driver runs here (on a CUDA build an optimizer step starts it: torch
+    # asks for the current stream, to check for graph capture), so ranks on GPUs are spawned then. Ranks on the
+    # CPU never touch CUDA: they fork, as functions defined in a notebook need.
+    if sys.platform.startswith("linux") and not (ranks_use_cuda and launch_device.cuda_driver_started()):
         return "fork"
     return "spawn"
 

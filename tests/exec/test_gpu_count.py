@@ -69,10 +69,13 @@ def test_a_child_that_cannot_answer_counts_here(cuda_build):
 
 
 def test_launch_spawns_once_the_driver_runs_here(cuda_build):
-    """torch.cuda.is_initialized() is still False (is_available() without NVML started the driver): the driver
-    says it runs, so launch spawns; an explicit start method is the caller's."""
+    """torch.cuda.is_initialized() is still False (an optimizer step's stream-capture check, or is_available()
+    without NVML, started the driver): the driver says it runs, so ranks on GPUs are spawned; ranks on the CPU
+    still fork; an explicit start method is the caller's."""
     cuda_build.setattr(D, "_libcuda", lambda: Driver(started=True))
     assert D.cuda_driver_started() and L._pick_start_method("auto") == "spawn"
+    assert L._pick_start_method("auto", ranks_use_cuda=False) == "fork"  # CPU ranks never touch CUDA: a
+    # notebook's functions keep working after an optimizer step has started the driver here
     assert L._pick_start_method("fork") == "fork"
     cuda_build.setattr(D, "_libcuda", lambda: None)  # no driver library at all: nothing to start
     assert not D.cuda_driver_started() and L._pick_start_method("auto") == "fork"
