@@ -60,6 +60,7 @@ def test_the_text_form_and_its_chinese():
     (["step"], "give --model PRESET, or the whole shape"),
     (["step", "--model", "gpt3-175b", "--gpu-memory-gib", "1e300"], "overflow a float"),
     (["step", "--model", "gpt3-175b", "--microbatches", "4611686018427387904"], "--microbatches=4611686018427387904"),
+    (["step", "--model", "llama2-7b", "--seq", "9223372036854775808"], "--seq=9223372036854775808"),  # Hypothesis
     (["run", "step", "--microbatches", "0"], "--microbatches=0"), (["run", "step", "--steps", "17"], "--steps=17"),
     (["run", "step", "--microbatch-size", "x"], "--microbatch-size"), (["run", "step", "--world-size", "0"], "--world-size=0")])
 def test_bad_input_is_one_line_naming_the_flag(stubbed, argv, message):  # noqa: F811 — the imported fixture

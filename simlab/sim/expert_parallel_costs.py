@@ -43,7 +43,7 @@ ROUTER_BYTES = 4  # the router's softmax probabilities are kept in fp32
 
 def tokens(model, k) -> np.ndarray:
     """T: tokens of one micro-batch on one rank (the sequence split over cp)."""
-    return k.b * model.seq / k.cp
+    return k.b * float(model.seq) / k.cp
 
 
 def rows_per_token(model, k) -> np.ndarray:

@@ -197,7 +197,7 @@ def activation_terms(model: Transformer, k: Knobs, recompute=None, fp8: bool = F
 
 def _sbh(model: Transformer, k: Knobs):
     """Elements of one (s, b, h) activation on one rank: context parallelism keeps s/cp of the sequence."""
-    sbh = model.seq * k.b * model.hidden
+    sbh = float(model.seq) * k.b * model.hidden  # floats: b·s·h can pass int64's 2⁶³ (b up to 2⁴⁰), silently
     return sbh if np.all(np.asarray(k.cp) == 1) else sbh / k.cp
 
 
@@ -220,7 +220,7 @@ def cp_traffic(model: Transformer, k: Knobs, a_b: int) -> tuple:
     `context_parallel_costs.layer_bytes`): a TP rank's K,V heads (kv_heads/t, at least one: Megatron replicates
     K,V heads when t > kv_heads) of its s/cp tokens; Ulysses' pieces a 1/cp of its heads."""
     d, n = model.hidden // model.heads, k.cp
-    tokens = k.b * model.seq / n
+    tokens = k.b * float(model.seq) / n
     kv = np.maximum((model.kv_heads or model.heads) / k.tp, 1)
     block = 2 * tokens * kv * d * a_b
     heads = model.heads / k.tp

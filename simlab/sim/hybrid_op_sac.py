@@ -28,7 +28,7 @@ import numpy as np
 
 def _tokens(model, k):
     """T: tokens of one micro-batch on a rank (context parallelism keeps s/cp of the sequence)."""
-    tokens = k.b * model.seq
+    tokens = k.b * float(model.seq)
     return tokens if np.all(np.asarray(k.cp) == 1) else tokens / k.cp
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from .._checks import check_choice, check_divisible, check_int
+from .._checks import MAX_COUNT, check_choice, check_divisible, check_int
 
 MEGATRON = "Narayanan et al. 2021 (arXiv 2104.04473) Table 1; Korthikanti et al. 2022 (arXiv 2205.05198) Table 3"
 
@@ -57,8 +57,9 @@ class Transformer:
     source: str = ""
 
     def __post_init__(self):
-        for name in ("layers", "hidden", "heads", "seq", "vocab"):
+        for name in ("layers", "hidden", "heads", "vocab"):
             check_int(name, getattr(self, name), 1)
+        check_int("seq", self.seq, 1, MAX_COUNT)  # beyond any context, and s² stays within float arithmetic
         check_int("ffn", self.ffn, 0)
         check_int("kv_heads", self.kv_heads, 0)
         check_int("experts", self.experts, 0)

@@ -165,3 +165,15 @@ def test_zero3_gathers_a_layer_or_1e9_parameters_but_never_less_than_one_matrix(
     assert zero3_unit(wide, 8) == ZERO3_UNIT  # a TP-8 shard of fc1 is 0.54e9: the cap binds again
     small = Transformer("small", layers=2, hidden=1024, heads=16, seq=2048, vocab=1024)
     assert zero3_unit(small, 1) == small.layer_params_per_rank(1) < ZERO3_UNIT  # a whole small layer
+
+
+def test_activations_stay_linear_in_the_micro_batch_up_to_the_largest_batch():
+    """b·s·h once ran in int64 and wrapped past 2⁶³: llama2-7b with 2⁴⁰ sequences per micro-batch came out
+    "28.9 GB over" a GPU instead of ~2·10¹³ GB. Floats keep it linear in b."""
+    from simlab.sim.hybrid import Plan
+    from simlab.sim.hybrid_memory import per_gpu
+    from simlab.sim.model import preset
+    model = preset("llama2-7b")
+    one = per_gpu(model, Plan(microbatch=1), global_batch=1)["activations"]
+    huge = per_gpu(model, Plan(microbatch=2 ** 40), global_batch=2 ** 40)["activations"]
+    assert huge > 0 and abs(huge / one / 2 ** 40 - 1) < 0.05  # the logits' share is per micro-batch too
