@@ -35,15 +35,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from .hybrid import rank_tokens as tokens  # T: tokens of one micro-batch on one rank
 from .network import BASE_LATENCY, _table, reduce_scatter
 
 LOAD_FACTOR = 1.0  # dropless rows over the balanced share: force-balanced, as Megatron-Bridge's benchmarks run
 ROUTER_BYTES = 4  # the router's softmax probabilities are kept in fp32
-
-
-def tokens(model, k) -> np.ndarray:
-    """T: tokens of one micro-batch on one rank (the sequence split over cp)."""
-    return k.b * float(model.seq) / k.cp
 
 
 def rows_per_token(model, k) -> np.ndarray:

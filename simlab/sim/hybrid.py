@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
+import numpy as np
+
 from .._checks import check_bool, check_choice, check_divisible, check_int, check_number
 from .context_parallel_costs import VARIANTS as CP_COMMS
 from .memory import PRECISIONS as LESSON_3_BYTES
@@ -144,6 +146,13 @@ def check_bucket(bucket) -> tuple:
             isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in bucket)):
         raise ValueError(f"bucket={bucket!r}: must be () or (parameters per gather, per reduction), positive integers")
     return bucket
+
+
+def rank_tokens(model: Transformer, k) -> np.ndarray:
+    """T: tokens of one micro-batch on one rank, b·s (s/cp of the sequence under context parallelism) for the
+    knobs `k`. Floats: b·s·h in int64 passes 2⁶³ within the allowed sizes (b up to 2⁴⁰) and wraps silently."""
+    tokens = k.b * float(model.seq)
+    return tokens if np.all(np.asarray(k.cp) == 1) else tokens / k.cp
 
 
 def check_op_sac(model: Transformer, attention: str) -> None:

@@ -36,7 +36,7 @@ import numpy as np
 from .expert_parallel_costs import all_to_all, layer_a2a
 from .expert_parallel_costs import gemms as moe_gemms
 from .gpus import flash_seconds, gemm_seconds
-from .hybrid import ACTIVATION_BYTES, ATTENTION, CP_COMMS
+from .hybrid import ACTIVATION_BYTES, ATTENTION, CP_COMMS, rank_tokens
 from .hybrid_memory import Knobs, cp_traffic, layer_activation_bytes
 from .hybrid_op_sac import recomputed_mms
 from .model import Transformer
@@ -53,8 +53,7 @@ OPS_OUTSIDE = {"forward": 13, "backward": 17}
 def gemms(model: Transformer, k: Knobs) -> list[tuple]:
     """The forward GEMMs of one layer on one TP rank, (M, N, K) each: M = T tokens (b·s/cp), K the inner dimension;
     a mixture of experts' MLP as (M, N, K, batch): the router and the local experts (`expert_parallel_costs.gemms`)."""
-    tokens, h, t = k.b * float(model.seq), model.hidden, k.tp
-    tokens = tokens if np.all(np.asarray(k.cp) == 1) else tokens / k.cp
+    tokens, h, t = rank_tokens(model, k), model.hidden, k.tp
     attention = [(tokens, (h + 2 * model.kv_width) / t, h), (tokens, h, h / t)]
     if model.experts:
         return attention + moe_gemms(model, k)
@@ -111,8 +110,7 @@ def layer_seconds(model: Transformer, k: Knobs, c, precision: str) -> dict:
     # plan asks for it (the advisor's default search times ~10⁶ plans)
     op_sac = _gemm_times(gpu, [mm[1:] for mm in recomputed_mms(model, k)], fp8)[0] + elementwise + \
         OPS_LAYER["forward"] * gpu.op_overhead if np.any(np.asarray(k.recompute) == 3) else 0
-    message = k.b * float(model.seq) * model.hidden * a_b  # one (b, s, h) activation
-    message = message if np.all(np.asarray(k.cp) == 1) else message / k.cp  # of s/cp tokens
+    message = rank_tokens(model, k) * model.hidden * a_b  # one (b, s/cp, h) activation
     tp = np.where(k.sp, reduce_scatter(c, 1, k.tp, message) + all_gather(c, 1, k.tp, message),
                   all_reduce(c, 1, k.tp, message))
     return {"forward": forward, "backward": backward, "gemm": fwd, "wgrad": wgrad,
@@ -160,8 +158,7 @@ def output_seconds(model: Transformer, k: Knobs, c, precision: str) -> dict:
     """The output layer and the loss, one micro-batch, forward + backward (the last stage's extra work), and the
     TP collectives around the model's edges: the vocab-parallel embedding's all-reduce of its (b, s, h)
     output and the loss's three of (b, s) fp32 values (max, sum of exponentials, target logit)."""
-    gpu, a_b, tokens = c.gpu, ACTIVATION_BYTES[precision], k.b * float(model.seq)
-    tokens = tokens if np.all(np.asarray(k.cp) == 1) else tokens / k.cp
+    gpu, a_b, tokens = c.gpu, ACTIVATION_BYTES[precision], rank_tokens(model, k)
     fwd, dgrad, wgrad = _gemm_times(gpu, [(tokens, model.vocab / k.tp, model.hidden)], precision == "fp8")
     loss = 4 * tokens * model.vocab / k.tp * K_ELEMENTWISE / gpu.hbm_bandwidth  # fp32 logits, softmax, loss
     edges = all_reduce(c, 1, k.tp, tokens * model.hidden * a_b) + 3 * all_reduce(c, 1, k.tp, tokens * 4)

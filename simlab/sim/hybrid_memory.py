@@ -48,7 +48,17 @@ import numpy as np
 from .context_parallel_costs import layer_bytes
 from .expert_parallel_costs import activation_bytes as moe_bytes
 from .expert_parallel_costs import buffer_bytes
-from .hybrid import ACTIVATION_BYTES, ATTENTION, CP_COMMS, RECOMPUTE, SCHEDULES, STATE_BYTES, Plan, stage_split
+from .hybrid import (
+    ACTIVATION_BYTES,
+    ATTENTION,
+    CP_COMMS,
+    RECOMPUTE,
+    SCHEDULES,
+    STATE_BYTES,
+    Plan,
+    rank_tokens,
+    stage_split,
+)
 from .hybrid_op_sac import kept_bytes as op_sac_kept
 from .memory import CPU_GRAD_BYTES, HOST_ADAM_BYTES
 from .model import Transformer
@@ -197,8 +207,7 @@ def activation_terms(model: Transformer, k: Knobs, recompute=None, fp8: bool = F
 
 def _sbh(model: Transformer, k: Knobs):
     """Elements of one (s, b, h) activation on one rank: context parallelism keeps s/cp of the sequence."""
-    sbh = float(model.seq) * k.b * model.hidden  # floats: b·s·h can pass int64's 2⁶³ (b up to 2⁴⁰), silently
-    return sbh if np.all(np.asarray(k.cp) == 1) else sbh / k.cp
+    return rank_tokens(model, k) * model.hidden
 
 
 def layer_activation_bytes(model: Transformer, k: Knobs, recompute=None, fp8: bool = False) -> np.ndarray:
@@ -220,7 +229,7 @@ def cp_traffic(model: Transformer, k: Knobs, a_b: int) -> tuple:
     `context_parallel_costs.layer_bytes`): a TP rank's K,V heads (kv_heads/t, at least one: Megatron replicates
     K,V heads when t > kv_heads) of its s/cp tokens; Ulysses' pieces a 1/cp of its heads."""
     d, n = model.hidden // model.heads, k.cp
-    tokens = k.b * float(model.seq) / n
+    tokens = rank_tokens(model, k)
     kv = np.maximum((model.kv_heads or model.heads) / k.tp, 1)
     block = 2 * tokens * kv * d * a_b
     heads = model.heads / k.tp

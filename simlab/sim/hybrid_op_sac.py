@@ -25,17 +25,13 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def _tokens(model, k):
-    """T: tokens of one micro-batch on a rank (context parallelism keeps s/cp of the sequence)."""
-    tokens = k.b * float(model.seq)
-    return tokens if np.all(np.asarray(k.cp) == 1) else tokens / k.cp
+from .hybrid import rank_tokens
 
 
 def layer_mms(model, k) -> list[tuple]:
     """One layer's matmuls on one TP rank, in the order the forward runs them: (name, M, N, K) each — output
     (M, N), inner dimension K."""
-    tokens, h, t, ffn = _tokens(model, k), model.hidden, k.tp, model.ffn_width
+    tokens, h, t, ffn = rank_tokens(model, k), model.hidden, k.tp, model.ffn_width
     kv = model.kv_width
     attention = [("q", tokens, h / t, h), ("k", tokens, kv / t, h), ("v", tokens, kv / t, h), ("o", tokens, h, h / t)]
     if model.gated:  # w2(silu(w1(x)) * w3(x)): w1, then w3, then w2
@@ -61,7 +57,7 @@ def recomputed_mms(model, k) -> list[tuple]:
 
 def kept_bytes(model, k) -> dict:
     """{tensor: bytes} one layer keeps for the backward under the policy, one micro-batch, one rank, 16-bit."""
-    tokens, h, t = _tokens(model, k), model.hidden, k.tp
+    tokens, h, t = rank_tokens(model, k), model.hidden, k.tp
     sp = np.asarray(k.sp, dtype=bool)
     replicated = np.where(sp, tokens * h / t, tokens * h)  # (T, h), or (T/t, h) under sequence parallelism
     kept = {"layer_input": 2 * replicated}  # the checkpoint's input, x

@@ -43,7 +43,7 @@ import numpy as np
 
 from ..trace import Trace
 from .hardware import Cluster
-from .hybrid import ACTIVATION_BYTES, SCHEDULES, STATE_BYTES, Plan
+from .hybrid import ACTIVATION_BYTES, SCHEDULES, STATE_BYTES, Plan, rank_tokens
 from .hybrid_layer import cp_seconds, ep_seconds, layer_seconds, output_seconds
 from .hybrid_memory import FIRST, LAST, MIDDLE, Knobs, knobs, stage_params, zero_groups
 from .model import Transformer
@@ -105,7 +105,7 @@ def _stages(model, k, c, precision, executor):
     tp = {FIRST: k.first * tp_layer + edge["edges"], MIDDLE: k.mid * tp_layer,
           LAST: k.last * tp_layer + np.where(k.pp == 1, 0, edge["edges"])}
     cp_ep = {s: (n * cp_layer, n * ep_layer) for s, n in zip((FIRST, MIDDLE, LAST), (k.first, k.mid, k.last))}
-    stride, act = k.tp * k.cp * k.dp, k.b * float(model.seq) * model.hidden * ACTIVATION_BYTES[precision] / k.cp
+    stride, act = k.tp * k.cp * k.dp, rank_tokens(model, k) * model.hidden * ACTIVATION_BYTES[precision]
     p2p = np.where(k.pp > 1, 2 * _chunks(k) * send(c, stride, k.pp, act / k.tp), 0)
     total = (model.layers * (per_layer + tp_layer + cp_layer + ep_layer) + edge["logits"] + edge["edges"]
              + np.where(k.pp > 1, k.pp * p2p, 0))
