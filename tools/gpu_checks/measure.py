@@ -42,7 +42,6 @@ class Meter:
         else:
             from simlab.exec.held_bytes import HeldBytes  # not at import: simlab comes after log_devices
             self.held = HeldBytes()
-            self.base = sum(s.nbytes() for s in self.held.before.values())
 
     def now(self):
         if not self.cuda:
