@@ -15,7 +15,7 @@ from .style import rows_table
 
 PART = {"six_n": N_("6·N·tokens (the rule of thumb, N = all parameters)"),
         "dense": N_("the dense GEMMs: 6 per weight per token, output layer included"),
-        "attention": N_("attention's QKᵀ and AV: 12·L·s·h per token"),
+        "attention": N_("attention's QKᵀ and AV: 6·L·s·h per token (causal)"),
         "model_flops": N_("model FLOPs = dense + attention (what MFU counts)")}
 
 BOUND = {"memory": N_("memory-bound"), "compute": N_("compute-bound")}

@@ -132,7 +132,8 @@ def flash_seconds(gpu: GPU, batch_heads, seq: int, head_dim: int):
     if not gpu.flash:
         return None
     curve = gpu.flash[128 if head_dim >= 128 else 64]
-    rate = np.interp(np.log2(seq), np.log2(FLASH_SEQ), curve) * 1e12
+    # never faster than this GPU's own GEMMs: a part given a lower peak (`--peak-tflops`) keeps the chart's shape
+    rate = np.minimum(np.interp(np.log2(seq), np.log2(FLASH_SEQ), curve) * 1e12, gpu.matmul_flops * IN_TRAINING)
     return 3.5 * 4 * batch_heads * seq * seq * head_dim / 2 / rate
 
 

@@ -4,7 +4,9 @@ FLOPs per token. Lesson 6's memory and time models and the advisor all read it.
 Teaches: a GPT-style layer holds 12h² + 13h parameters (attention 4h² + 4h, MLP 8h² + 5h, two layer
 norms 4h); the whole model P = 12Lh²(1 + 13/(12h) + (V + s)/(12Lh)) (Narayanan et al. 2021, Eq. 2) with
 learned positions and tied embeddings. A training step costs ≈ 6 FLOPs per parameter per token, plus
-attention's s² term: 72·B·L·s·h²(1 + s/(6h) + V/(12Lh)) per iteration (Korthikanti et al. 2022, Eq. 7).
+attention's s² term: 72·B·L·s·h²(1 + s/(6h) + V/(12Lh)) per iteration (Korthikanti et al. 2022, Eq. 7) counting
+the whole s × s square; a causal model needs half of it, 1 + s/(12h) (Megatron-LM's and FlashAttention's count),
+and that is what MFU counts here: no causal kernel does less, so the count never exceeds the work a GPU did.
 Llama-style models differ in ways the spec also knows: a gated MLP (three matrices), grouped-query
 attention (fewer K/V heads), untied input/output embeddings, RMSNorm without biases, no dropout. A mixture of
 experts (lesson 7; Mixtral) replaces each layer's MLP with E expert MLPs and a router (h × E): the model holds
@@ -180,21 +182,29 @@ class Transformer:
         copy = 1 if not self.tied else np.asarray(pp) > 1  # pp may be an array (the advisor's plans)
         return copy * self.vocab * self.hidden / t + (2 if self.biases else 1) * self.hidden
 
-    def layer_flops(self, tokens: int) -> int:
+    def attention_flops(self, tokens: int, causal: bool = True) -> int:
+        """Forward FLOPs of one layer's attention core on `tokens` = b·s tokens: QKᵀ and AV, 2·b·s²·h each over the
+        whole s × s square (`causal=False`: what eager attention computes, the masked half included, and the
+        papers' Eq. 7 count), half of that under the causal mask (each query meets only the keys up to it: what
+        the model needs and FlashAttention computes)."""
+        return (2 if causal else 4) * tokens * self.seq * self.hidden
+
+    def layer_flops(self, tokens: int, causal: bool = True) -> int:
         """Forward FLOPs of one layer on `tokens` = b·s tokens: 2 per weight a token meets (a mixture of experts:
-        its top_k experts and the router, what MoE papers count), and attention's QKᵀ and AV, 2·b·s²·h each
-        (counted in full, causal mask or not, as the papers do)."""
-        return 2 * tokens * self.active_matmul_params + 4 * tokens * self.seq * self.hidden
+        its top_k experts and the router, what MoE papers count), and attention's QKᵀ and AV (`attention_flops`:
+        causal, or the whole square with `causal=False`)."""
+        return 2 * tokens * self.active_matmul_params + self.attention_flops(tokens, causal)
 
     def logits_flops(self, tokens: int) -> int:
         """Forward FLOPs of the output projection to the vocabulary."""
         return 2 * tokens * self.hidden * self.vocab
 
-    def model_flops(self, samples: int) -> int:
-        """FLOPs of one training step on `samples` sequences, no recomputation (forward + 2× backward):
-        what MFU counts. For GPT shapes this is Korthikanti's Eq. 7, 72·B·L·s·h²(1 + s/6h + V/12Lh)."""
+    def model_flops(self, samples: int, causal: bool = True) -> int:
+        """FLOPs of one training step on `samples` sequences, no recomputation (forward + 2× backward): what MFU
+        counts, causal attention counted as causal. For GPT shapes, 72·B·L·s·h²(1 + s/12h + V/12Lh);
+        `causal=False` gives Korthikanti's Eq. 7, 72·B·L·s·h²(1 + s/6h + V/12Lh), the whole s × s square."""
         tokens = samples * self.seq
-        return 3 * (self.layers * self.layer_flops(tokens) + self.logits_flops(tokens))
+        return 3 * (self.layers * self.layer_flops(tokens, causal) + self.logits_flops(tokens))
 
     def with_(self, **changes) -> "Transformer":
         return replace(self, **changes)

@@ -153,4 +153,5 @@ def one_step(model, gpu="a100-80gb", microbatch: int = 1, microbatches: int = 1,
               "precision": precision}
     return _finite({"config": config, "memory": memory,
                     "activation_terms": {name: b * model.layers for name, b in terms.items()}, "time": time,
-                    "flops": flops, "mfu": mfu, "hfu": mfu * flops["hardware_flops"] / flops["model_flops"]}, model)
+                    "flops": flops, "mfu": mfu,  # HFU ≥ MFU even in floats: the ratio (≥ 1) first
+                    "hfu": mfu * (flops["hardware_flops"] / flops["model_flops"])}, model)

@@ -3,13 +3,17 @@ HFU), and which of its matrix multiplies the memory holds back (the roofline).
 
 Teaches:
 - a step costs about 6 FLOPs per parameter per token — 2 in the forward (a multiply and an add per weight), 4 in
-  the backward (the input's gradient and the weight's) — plus attention's two s² GEMMs, QKᵀ and AV, 4·b·s²·h
-  forward per layer: model FLOPs = 3 × forward = 6·tokens·(L·matmul weights + V·h) + 12·L·s·h·tokens
-  (`sim.model.Transformer.model_flops`, Korthikanti's Eq. 7, counting attention in full, causal mask or not, as
-  the papers and Megatron's MFU do; a causal kernel really does about half of it);
-- MFU = model FLOPs / (seconds × peak): only the work the model needs. HFU also counts the work recomputation
-  repeats — full: one more forward of every layer (Narayanan's Eq. 3, 96·B·s·L·h²(1 + s/6h + V/16Lh)); selective:
-  the attention core's forward again; FlashAttention's backward always recomputes QKᵀ inside its kernel;
+  the backward (the input's gradient and the weight's) — plus attention's two s² GEMMs, QKᵀ and AV. A causal model
+  needs only the half below the diagonal, 2·b·s²·h forward per layer: model FLOPs = 3 × forward =
+  6·tokens·(L·matmul weights + V·h) + 6·L·s·h·tokens (`sim.model.Transformer.model_flops`: Korthikanti's Eq. 7
+  with its s² term halved, as Megatron-LM and FlashAttention count; a mixture of experts: the top_k experts a
+  token meets and the router);
+- MFU = model FLOPs / (seconds × peak): only the work the model needs. HFU counts what the hardware does, the
+  FLOPs the time model charges: eager attention computes the whole s × s square, masked half included (its
+  hardware FLOPs are Korthikanti's Eq. 7); recomputation repeats work — full: one more forward of every layer
+  (eager: Narayanan's Eq. 3, 96·B·s·L·h²(1 + s/6h + V/16Lh)); selective: eager attention's core forward again;
+  FlashAttention's backward always recomputes the causal QKᵀ inside its kernel (FA's count: 3.5 forwards).
+  So MFU ≤ HFU ≤ the fraction of its peak the time model lets the GPU run at;
 - the roofline (Williams et al. 2009): a GEMM of (m×k)·(k×n) does 2mnk FLOPs and moves at least (mk + kn + mn)
   elements; its arithmetic intensity is FLOPs per byte moved. Below the machine's balance point, peak FLOP/s ÷
   memory bytes/s (about 153 FLOP/B on an A100 in bf16), the memory is the limit: attainable = intensity ×
@@ -19,7 +23,7 @@ Teaches:
     >>> from simlab.sim.model import PRESETS
     >>> m = PRESETS["gpt3-175b"]
     >>> f = step_flops(m, 1536)
-    >>> f["model_flops"] == m.model_flops(1536), f["attention"] == 12 * 96 * 2048 * 12288 * f["tokens"]
+    >>> f["model_flops"] == m.model_flops(1536), f["attention"] == 6 * 96 * 2048 * 12288 * f["tokens"]
     (True, True)
     >>> from simlab.sim.gpus import GPUS
     >>> r = gemm_roofline(GPUS["a100-80gb"], 2048, 12288, 12288)
@@ -44,24 +48,28 @@ WIDTHS = (1, 2, 4)  # bytes per element a GEMM reads and writes: FP8, 16-bit, fp
 
 def step_flops(model: Transformer, samples: int, *, recompute: str = "none", attention: str = "eager") -> dict:
     """FLOPs of one training step on `samples` sequences: tokens; six_n (the rule of thumb, 6·N·tokens with N all
-    parameters, embeddings too); dense (6 per matmul weight per token, the output layer's included); attention
-    (the s² GEMMs, forward + backward); model_flops (dense + attention, what MFU counts); recompute_flops (full:
-    every layer's forward again; selective with eager attention: the attention core's; plus, with
-    FlashAttention, QKᵀ again in its backward); hardware_flops (model + recompute, what HFU counts)."""
+    parameters, embeddings too); dense (6 per matmul weight a token meets per token, the output layer's included);
+    attention (the causal s² GEMMs, forward + backward); model_flops (dense + attention, what MFU counts);
+    masked_flops (eager attention's masked half of the square, computed and thrown away); recompute_flops (full:
+    every layer's forward again, as the kernel runs it; selective with eager attention: the attention core's; plus,
+    with FlashAttention, the causal QKᵀ again in its backward); hardware_flops (model + masked + recompute, what
+    HFU counts: the FLOPs `hybrid_layer.layer_seconds` charges)."""
     model = check_model(model)
     check_int("samples", samples, 1)
     check_choice("recompute", recompute, LAYER_RECOMPUTE)
     check_choice("attention", attention, ATTENTION)
     tokens = samples * model.seq
     model_flops = model.model_flops(samples)  # sim.model's formula, the one lesson 6's MFU divides
-    dense = 3 * (2 * tokens * model.layers * model.matmul_params + model.logits_flops(tokens))
-    attention_flops = model_flops - dense  # 12·L·s·h·tokens: QKᵀ and AV, forward + backward
-    core = attention_flops / 3  # their forward
-    extra = {"full": model.layers * model.layer_flops(tokens), "selective": core if attention == "eager" else 0,
+    dense = 3 * (2 * tokens * model.layers * model.active_matmul_params + model.logits_flops(tokens))
+    core = model.layers * model.attention_flops(tokens)  # QKᵀ and AV forward, causal: 2·L·s·h·tokens
+    eager = attention == "eager"
+    masked = 3 * core if eager else 0  # the square's other half, forward (1×) and backward (2×)
+    extra = {"full": model.layers * model.layer_flops(tokens, causal=not eager), "selective": 2 * core if eager else 0,
              "none": 0}[recompute]
-    flash = core / 2 if attention == "flash" else 0  # FlashAttention's backward recomputes QKᵀ (FA counts 2.5 fwd)
-    return {"tokens": tokens, "six_n": 6 * model.params * tokens, "dense": dense, "attention": attention_flops,
-            "model_flops": model_flops, "recompute_flops": extra + flash, "hardware_flops": model_flops + extra + flash}
+    flash = 0 if eager else core // 2  # FlashAttention's backward recomputes the causal QKᵀ (FA counts 3.5 forwards)
+    return {"tokens": tokens, "six_n": 6 * model.params * tokens, "dense": dense, "attention": 3 * core,
+            "model_flops": model_flops, "masked_flops": masked, "recompute_flops": extra + flash,
+            "hardware_flops": model_flops + masked + extra + flash}
 
 
 def utilization(model_flops: float, hardware_flops: float, seconds: float, peak_flops: float, gpus: int = 1) -> dict:

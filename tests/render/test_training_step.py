@@ -34,7 +34,7 @@ from simlab.render.training_step_widgets import step_explorer, step_scene  # noq
 from simlab.sim.gpus import GPUS  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.model import PRESETS  # noqa: E402 — after matplotlib.use("Agg")
 from simlab.sim.training_step import microbatching, one_step  # noqa: E402 — after matplotlib.use("Agg")
-from simlab.sim.training_step_flops import layer_roofline, machine  # noqa: E402 — after matplotlib.use("Agg")
+from simlab.sim.training_step_flops import layer_roofline, machine, step_flops  # noqa: E402 — after matplotlib.use("Agg")
 
 GPT3, SMALL = PRESETS["gpt3-175b"], PRESETS["megatron-1.7b-2021"]
 SBH = GPT3.seq * GPT3.hidden  # b = 1
@@ -183,7 +183,11 @@ def test_the_figures_draw_what_the_engine_says():
 def test_the_flops_and_roofline_tables():
     lines = flops_text(SMALL, 32).splitlines()
     assert lines[0] == "megatron-1.7b-2021, one step on 32 sequences of 2048 tokens (65,536 tokens)"
-    assert lines[-1].split()[:2] == ["eager", "full"] and lines[-1].split()[-1] == "1.312"
+    # eager attention computes the masked half of the scores too, full recomputation the forward again
+    f = step_flops(SMALL, 32, attention="eager", recompute="full")
+    assert f["hardware_flops"] == f["model_flops"] + f["masked_flops"] + f["recompute_flops"]
+    assert f["masked_flops"] == f["attention"]  # the masked half is as big as the causal one
+    assert lines[-1].split()[:2] == ["eager", "full"] and lines[-1].split()[-1] == f"{f['hardware_flops'] / f['model_flops']:.3f}"
     rows = layer_roofline(SMALL, GPUS["h100-80gb"])
     text = roofline_text(rows, "h100-80gb")
     bound = {line.split()[0]: line.split()[-3] for line in text.splitlines()[2:]}  # "… 87.8  memory-bound  294 TFLOP/s"

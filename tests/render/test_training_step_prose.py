@@ -106,7 +106,8 @@ def test_selective_buys_most_of_fulls_memory_for_a_fraction_of_its_time():
     assert selective["time"]["recompute"] < 0.5 * full["time"]["recompute"]
     assert [s["memory"]["fits"] for s in (none, selective, full)] == [False, True, True]
     assert "no" in printed(CELLS["l5b-recompute-sim"]).splitlines()[2].split()  # none does not fit, as printed
-    assert selective["hfu"] > selective["mfu"] and full["hfu"] > full["mfu"] and none["hfu"] == none["mfu"]
+    assert selective["hfu"] > selective["mfu"] and full["hfu"] > full["mfu"] and none["hfu"] > none["mfu"]  # eager
+    # attention computes the masked half of the scores too: hardware FLOPs, not the model's
     assert "(fp32 here, so the gradients can be compared closely)" in markdown("l5b-recompute-real-md")
     assert 'measure_recompute(microbatch=2, seq=16, hidden=32, heads=4)' in source(CELLS["l5b-recompute-real"])
     assert "fp32" in printed(CELLS["l5b-recompute-real"]).splitlines()[0]
@@ -142,14 +143,14 @@ def test_bytes_per_parameter():
 
 
 def test_six_n_tokens_and_attention():
-    """6 FLOPs per weight per token in the dense GEMMs; attention 12·L·s·h per token; 32 sequences in the cell."""
+    """6 FLOPs per weight per token in the dense GEMMs; causal attention 6·L·s·h per token; 32 sequences."""
     text = markdown("l5b-flops-md")
-    assert "6 FLOPs per weight per token, the famous **6·N·tokens**" in text and "$12·L·s·h$ per token" in text
+    assert "6 FLOPs per weight per token, the famous **6·N·tokens**" in text and "$6·L·s·h$ per token" in text
     assert "For the small model's step of 32 sequences" in text and "samples=32" in source(CELLS["l5b-flops"])
     f = step_flops(SMALL, 32)
     weights = SMALL.layers * SMALL.matmul_params + SMALL.vocab * SMALL.hidden
     assert f["dense"] == 6 * weights * f["tokens"]
-    assert f["attention"] == 12 * SMALL.layers * SMALL.seq * SMALL.hidden * f["tokens"]
+    assert f["attention"] == 6 * SMALL.layers * SMALL.seq * SMALL.hidden * f["tokens"]
 
 
 def test_the_roofline_claims():

@@ -85,3 +85,14 @@ def test_fp8_on_a_part_without_fp8_tensor_cores_is_refused_in_one_line(gpu):
         with pytest.raises(ValueError, match=rf"^precision='fp8': {gpu} has no FP8 tensor cores; these do: h100"):
             ask()
     assert search(PRESETS["llama2-7b"], cluster("h100-80gb", 8), 64, precision="fp8")["best"] is not None
+
+
+def test_flash_attention_never_runs_faster_than_the_gpus_own_gemms():
+    """A part given a peak below the chart's measured rate (20 TFLOP/s, `--peak-tflops 20`) runs FlashAttention at
+    its GEMM rate at most: MFU stays below 1 at 16k tokens (it was 1.03)."""
+    from simlab.sim.gpus import IN_TRAINING, flash_seconds
+    slow = GPUS["a100-80gb"].with_(peak_flops=20e12)
+    fast = flash_seconds(GPUS["a100-80gb"], 8, 16384, 128)
+    assert flash_seconds(slow, 8, 16384, 128) == pytest.approx(3.5 * 4 * 8 * 16384**2 * 128 / 2
+                                                               / (slow.matmul_flops * IN_TRAINING))
+    assert flash_seconds(slow, 8, 16384, 128) > fast

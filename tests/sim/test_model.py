@@ -29,8 +29,24 @@ def test_published_parameter_counts(name, count):
 def test_flops_are_korthikantis_equation_7(name):
     m = PRESETS[name]
     L, h, s, V, B = m.layers, m.hidden, m.seq, m.vocab, 64
-    assert m.model_flops(B) == pytest.approx(72 * B * L * s * h * h * (1 + s / (6 * h) + V / (12 * h * L)), rel=1e-12)
-    assert m.layer_flops(2 * s) == 24 * 2 * s * h * h + 4 * 2 * s * s * h  # Narayanan's appendix, b = 2
+    eq7 = 72 * B * L * s * h * h * (1 + s / (6 * h) + V / (12 * h * L))  # the whole s × s square
+    assert m.model_flops(B, causal=False) == pytest.approx(eq7, rel=1e-12)
+    # causal: the s² term halved, what MFU counts (a causal kernel does no more)
+    assert m.model_flops(B) == pytest.approx(72 * B * L * s * h * h * (1 + s / (12 * h) + V / (12 * h * L)), rel=1e-12)
+    assert m.layer_flops(2 * s, causal=False) == 24 * 2 * s * h * h + 4 * 2 * s * s * h  # Narayanan's appendix, b = 2
+    assert m.layer_flops(2 * s) == 24 * 2 * s * h * h + 2 * 2 * s * s * h
+    assert m.attention_flops(2 * s) * 2 == m.attention_flops(2 * s, causal=False) == 4 * 2 * s * s * h
+
+
+def test_model_flops_count_causal_attention_and_the_experts_a_token_meets():
+    """Regression: model FLOPs counted attention's whole square (12·L·s·h per token), more than the causal kernel
+    the time is charged for does (FA: 7·b·s²·h per layer), so MFU passed 100 % at s ≈ 1M."""
+    tiny = Transformer("tiny", layers=2, hidden=8, heads=2, seq=4, vocab=10)  # 768 matmul weights per layer
+    assert tiny.model_flops(1) == 6 * 4 * (2 * 768 + 10 * 8) + 6 * 2 * 4 * 8 * 4 == 40320
+    assert tiny.model_flops(1, causal=False) == 40320 + 1536
+    moe = tiny.with_(experts=4, top_k=2, gated=True)
+    assert moe.layer_flops(4) == 2 * 4 * (4 * 64 + 2 * 3 * 8 * 32 + 8 * 4) + 2 * 4 * 4 * 8  # 2 of 4 experts, router
+    assert moe.model_flops(1) == 3 * (2 * moe.layer_flops(4) + moe.logits_flops(4))
 
 
 def test_a_hand_counted_small_model():

@@ -15,6 +15,7 @@ from simlab.sim.hybrid import ACTIVATION_BYTES, PRECISIONS, STATE_BYTES, Plan
 from simlab.sim.hybrid_layer import gemms
 from simlab.sim.hybrid_memory import activation_terms as table
 from simlab.sim.hybrid_memory import knobs, layer_activation_bytes
+from simlab.sim.hybrid_time import step
 from simlab.sim.memory import comm_volume_per_step
 from simlab.sim.model import PRESETS, Transformer
 from simlab.sim.training_step import microbatching, one_step
@@ -148,17 +149,102 @@ def test_number_formats_by_hand():
 def test_flops_are_korthikantis_eq_7_and_narayanans_eq_3():
     B, L, s, h, V = 8, 96, 2048, 12288, 51200
     none = step_flops(GPT3, B, attention="eager")
-    assert none["model_flops"] == 72 * B * L * s * h * h + 12 * B * L * s * s * h + 6 * B * s * h * V  # Eq. 7
-    assert none["attention"] == 12 * L * s * h * none["tokens"] and none["hardware_flops"] == none["model_flops"]
+    # the model's FLOPs: Eq. 7 with its s² term halved (causal: the half of the square a token attends to)
+    assert none["model_flops"] == 72 * B * L * s * h * h + 6 * B * L * s * s * h + 6 * B * s * h * V
+    assert none["attention"] == 6 * L * s * h * none["tokens"] == none["masked_flops"]  # eager: the other half too
+    assert none["model_flops"] == none["dense"] + none["attention"]
+    # eager attention computes the whole square: its hardware FLOPs are Eq. 7's
+    assert none["hardware_flops"] == 72 * B * L * s * h * h + 12 * B * L * s * s * h + 6 * B * s * h * V  # Eq. 7
+    assert none["hardware_flops"] == GPT3.model_flops(B, causal=False) and none["recompute_flops"] == 0
     assert none["six_n"] == 6 * GPT3.params * B * s
     full = step_flops(GPT3, B, recompute="full", attention="eager")
     assert full["hardware_flops"] == 96 * B * s * L * h * h + 16 * B * L * s * s * h + 6 * B * s * h * V  # Eq. 3
     selective = step_flops(GPT3, B, recompute="selective", attention="eager")
-    assert selective["recompute_flops"] == 4 * B * s * s * h * L  # QKᵀ and AV forward again
+    assert selective["recompute_flops"] == 4 * B * s * s * h * L  # QKᵀ and AV forward again, the whole square
     flash = step_flops(GPT3, B, recompute="selective", attention="flash")
-    assert flash["recompute_flops"] == 2 * B * s * s * h * L  # QKᵀ inside FlashAttention's backward
+    assert flash["recompute_flops"] == B * s * s * h * L and flash["masked_flops"] == 0  # causal QKᵀ in the backward
+    assert flash["hardware_flops"] == flash["model_flops"] + B * s * s * h * L  # FA's count: 3.5 causal forwards
+    flash_full = step_flops(GPT3, B, recompute="full", attention="flash")  # the forward again, causal as it runs
+    assert flash_full["recompute_flops"] == 24 * B * s * L * h * h + 2 * B * L * s * s * h + B * s * s * h * L
     u = utilization(1e15, 1.5e15, 2.0, 1e15, gpus=2)
     assert (u["mfu"], u["hfu"]) == (0.25, 0.375)
+
+
+def test_a_mixture_of_experts_counts_the_experts_a_token_meets_everywhere():
+    """Regression: the dense part counted all E experts while model FLOPs counted top_k, and attention was taken as
+    their difference: negative (−7.2e14 for llama2-7b with 8 experts), and HFU with it (`simlab step --experts 8`)."""
+    dense = PRESETS["llama2-7b"]
+    for experts, top_k in ((8, 1), (8, 2), (64, 1)):
+        moe = dense.with_(experts=experts, top_k=top_k)
+        for attention in ("eager", "flash"):
+            for recompute in ("none", "selective", "full"):
+                f = step_flops(moe, 2, recompute=recompute, attention=attention)
+                plain = step_flops(dense, 2, recompute=recompute, attention=attention)
+                assert f["attention"] == plain["attention"] == 6 * 32 * 4096 * 4096 * f["tokens"]  # experts: no change
+                assert f["dense"] == 6 * f["tokens"] * (32 * moe.active_matmul_params + 32000 * 4096)
+                assert f["model_flops"] == f["dense"] + f["attention"] == moe.model_flops(2)
+                assert 0 < f["model_flops"] <= f["hardware_flops"]
+                assert min(f["masked_flops"], f["recompute_flops"]) >= 0
+                out = one_step(moe, "h100-80gb", 2, attention=attention, recompute=recompute)
+                assert 0 < out["mfu"] <= out["hfu"] < 1
+
+
+def test_mfu_at_a_million_tokens_is_below_hfu_and_hfu_below_the_gpus_rate():
+    """Regression: MFU counted attention's whole s × s square while FlashAttention (and its time here) does the
+    causal half: `simlab step --model llama2-7b --seq 1048576` said MFU 102.7 % (→ 12/7 · 189/312 = 103.8 % as s
+    grows: 12 counted against FA's 7 per b·s²·h, at its 189 TFLOP/s chart rate of a 312 TFLOP/s A100)."""
+    m = PRESETS["llama2-7b"].with_(seq=2**20)
+    out = one_step(m, "a100-80gb")
+    T, L, h = 2**20, 32, 4096
+    hand = 6 * T * (L * (4 * h * h + 3 * h * 11008) + 32000 * h) + 6 * L * 2**20 * h * T  # causal: 6·L·s·h per token
+    assert out["flops"]["model_flops"] == hand
+    assert out["mfu"] == pytest.approx(hand / (out["time"]["step_seconds"] * 312e12), rel=1e-12)
+    assert out["hfu"] == pytest.approx((hand + L * T * 2**20 * h) / (out["time"]["step_seconds"] * 312e12), rel=1e-12)
+    # attention is ~95 % of the work, charged at FlashAttention's 189 of 312 TFLOP/s: HFU just above 189/312
+    assert out["mfu"] < out["hfu"] < 0.62 and out["hfu"] > 189 / 312
+    # lesson 6's step on 8 GPUs (what `simlab plan` prints) counts the same FLOPs
+    t = step(m, Plan(tp=8, attention="flash", overlap="none"), cluster("a100-80gb", gpus=8), 1)
+    assert t["mfu"] == pytest.approx(hand / (t["step_seconds"] * 8 * 312e12), rel=1e-12) and 0 < t["mfu"] < 0.62
+
+
+def test_mfu_of_a_tiny_model_by_hand():
+    """Two layers, h = 8, s = 4, V = 10 (`tests/sim/test_model.py`'s 768 matmul weights per layer), b = 2, on a
+    measured machine of 1 GFLOP/s: 6 FLOPs per weight per token and 6·L·s·h per token of causal attention."""
+    tiny = Transformer("tiny", layers=2, hidden=8, heads=2, seq=4, vocab=10)
+    here = machine(1e9, 1e10)
+    out = one_step(tiny, here, 2, attention="eager")
+    tokens = 2 * 4
+    model = 6 * tokens * (2 * 768 + 10 * 8) + 6 * 2 * 4 * 8 * tokens  # 77,568 + 3,072
+    assert out["flops"]["model_flops"] == model == 80640
+    assert out["flops"]["hardware_flops"] == model + 3072  # eager computes the masked half too
+    seconds = out["time"]["step_seconds"]
+    assert out["mfu"] == pytest.approx(model / (seconds * 1e9), rel=1e-12)
+    assert out["hfu"] == pytest.approx(83712 / (seconds * 1e9), rel=1e-12)
+    assert 0 < out["mfu"] < out["hfu"] < 1
+
+
+GPU_NAMES = ("a100-80gb", "h100-80gb", "h200", "b200", "rtx-4090")
+
+
+@settings(max_examples=150, deadline=None)
+@given(heads=st.sampled_from([1, 2, 4, 8]), width=st.integers(1, 32), layers=st.integers(1, 4),
+       seq=st.sampled_from([1, 7, 64, 512, 4096, 2**16, 2**20, 2**22]), experts=st.sampled_from([0, 2, 8]),
+       top_k=st.integers(1, 2), b=st.integers(1, 4), attention=st.sampled_from(("eager", "flash")),
+       recompute=st.sampled_from(("none", "selective", "full")), gpu=st.sampled_from(GPU_NAMES),
+       precision=st.sampled_from(("mixed", "fp32", "fp8")))
+def test_mfu_never_passes_hfu_and_hfu_never_passes_one(heads, width, layers, seq, experts, top_k, b, attention,
+                                                      recompute, gpu, precision):
+    """0 < MFU ≤ HFU ≤ 1 for any shape, length, mixture, kernel and recomputation: model FLOPs ≤ the FLOPs the
+    time model charges, each at no more than the GPU's peak."""
+    model = Transformer("m", layers=layers, hidden=heads * width, heads=heads, seq=seq, vocab=1000,
+                        experts=experts, top_k=min(top_k, experts) if experts else 1)
+    if precision == "fp8" and not GPUS[gpu].peak_flops_fp8:
+        precision = "mixed"
+    out = one_step(model, gpu, b, attention=attention, recompute=recompute, precision=precision)
+    f = out["flops"]
+    assert f["model_flops"] == f["dense"] + f["attention"] and min(f[k] for k in f) >= 0
+    assert f["hardware_flops"] == f["model_flops"] + f["masked_flops"] + f["recompute_flops"]
+    assert 0 < out["mfu"] <= out["hfu"] < 1
 
 
 @pytest.mark.parametrize("bad", [dict(seconds=float("nan")), dict(seconds=0), dict(hardware_flops=0.5e15),
@@ -192,7 +278,7 @@ def test_the_layers_gemms_are_lesson_6s_and_small_microbatches_are_memory_bound(
     rows = layer_roofline(m, GPUS["a100-80gb"], 1)
     assert [r["name"] for r in rows] == ["qkv", "attn_out", "fc1", "fc2", "scores", "context"]
     assert [(r["m"], r["n"], r["k"]) for r in rows[:4]] == [tuple(map(float, g)) for g in gemms(m, knobs(Plan(), m))]
-    assert sum(r["flops"] for r in rows) == m.layer_flops(128)  # every forward FLOP of the layer, and no other
+    assert sum(r["flops"] for r in rows) == m.layer_flops(128, causal=False)  # every forward FLOP, the whole square
     assert all(r["bound"] == "memory" for r in rows)  # 128 tokens: far below an A100's 153 FLOP/B
     big = layer_roofline(m, GPUS["a100-80gb"], 64)
     assert all(r["bound"] == "compute" for r in big[:4]) and big[4]["bound"] == "memory"  # per head: h/a = 64 wide
