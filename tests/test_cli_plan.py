@@ -7,7 +7,7 @@ import pytest
 from simlab.cli import main
 
 CONFIG = {"tp", "pp", "dp", "chunks", "schedule", "zero", "offload", "microbatch", "recompute", "sequence_parallel",
-          "attention", "overlap", "shard", "stage_layers", "bucket", "cp", "cp_comm", "ep", "capacity"}
+          "attention", "overlap", "shard", "stage_layers", "bucket", "cp", "cp_comm", "ep", "capacity", "loss"}
 BREAKDOWN = {"compute", "tp_comm", "pp_p2p", "cp_comm", "ep_comm", "pp_bubble", "dp_comm", "overlap", "offload",
              "optimizer"}
 BYTES = {"params", "grads", "optimizer", "activations", "total"}
@@ -26,6 +26,19 @@ def test_one_plan(capsys):
     assert set(out["config"]) == CONFIG and set(out["bytes_per_gpu"]) == BYTES and out["fits"] is True
     assert out["step_seconds"] == pytest.approx(94.42, rel=0.15)  # Korthikanti et al. 2022, Table 5
     assert set(out["breakdown"]) == BREAKDOWN and set(out["hidden"]) == {"tp_comm", "cp_comm", "dp_comm"}
+
+
+def test_the_loss_flag_reaches_the_plan_and_the_search(capsys):
+    """--loss fp32 (plain PyTorch's cross-entropy) holds 8 more bytes per logit on the GPU with the output layer:
+    llama3-8b, 2 sequences of 8192 tokens per micro-batch, no TP: 8 · 16384 · 128256 bytes."""
+    one = ["plan", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100-80gb", "--global-batch", "16",
+           "--microbatch", "2", "--tp", "1", "--pp", "1", "--dp", "8", "--zero", "3", "--recompute", "full"]
+    fused, fp32 = run(capsys, *one), run(capsys, *one, "--loss", "fp32")
+    assert (fused["config"]["loss"], fp32["config"]["loss"]) == ("fused", "fp32")
+    assert fp32["bytes_per_gpu"]["total"] - fused["bytes_per_gpu"]["total"] == 8 * 16384 * 128256
+    found = run(capsys, "plan", "--model", "llama3-8b", "--gpus", "8", "--gpu", "h100-80gb", "--global-batch", "16",
+                "--loss", "fp32")
+    assert found["best"]["config"]["loss"] == "fp32"
 
 
 def test_search(capsys):
@@ -113,6 +126,7 @@ def test_memory_keeps_the_zero_form(capsys):
     (["memory", "--model", "gpt3-175b", "--tp", "8", "--sequence-parallel", "--offload"], "--offload=True: needs zero"),
     (["plan", "--model", "gpt3-175b", "--global-batch", "8", "--overlap", "dp,bogus"], "--overlap='dp,bogus': must be"),
     (["plan", "--model", "gpt3-175b", "--global-batch", "8", "--bucket", "1,2,3"], "--bucket='1,2,3': must be two"),
+    (["plan", "--model", "gpt3-175b", "--global-batch", "8", "--loss", "fp16"], "--loss"),
     (["plan", "--model", "gpt3-175b", "--global-batch", "8", "--bucket", "nan,5"], "--bucket='nan,5'"),
     (["plan", "--model", "gpt3-175b", "--global-batch", "64", "--gpus", "64", "--tp", "8", "--pp", "4", "--dp", "2",
       "--stage-layers", "24,24,24"], "--stage-layers=(24, 24, 24): must list --pp=4 stages"),

@@ -64,7 +64,7 @@ def cmd_plan(args) -> dict:
                          "the search tries the even split and one layer fewer on the end stages")
     found = search(model, c, args.global_batch, precision=args.precision, attention=args.attention,
                    overlap=args.overlap, bucket=bucket_from(args.bucket), cp_comm=args.cp_comm,
-                   capacity=args.capacity, **fixed)
+                   capacity=args.capacity, loss=args.loss, **fixed)
     out = {"best": found["best"], "candidates": found["candidates"], "rejected": found["rejected"],
            "explanation": found["explanation"], "ties": found["ties"], "notes": found["notes"],
            "plans_evaluated": found["plans"]}
@@ -166,7 +166,7 @@ def add_run_hybrid(run) -> None:
     p.add_argument("--schedule", choices=("1f1b", "interleaved"), default="1f1b", help="pipeline schedule")
     p.add_argument("--chunks", type=int, default=None, help="interleaved: chunks per rank (default 2)")
     p.add_argument("--microbatches", type=int, default=None, help="per DP replica (default 2·pp)")
-    p.add_argument("--steps", type=int, default=3, help="Adam steps (default 3, at most 16: parity holds to 1e-5)")
+    p.add_argument("--steps", type=int, default=3, help="Adam steps (default 3, at most 8: parity holds to 1e-5)")
     for name, what in (("layers", "transformer layers (default 2·pp·chunks)"),
                        ("hidden", "hidden size (default 4·heads)"), ("heads", "attention heads (default 2·tp)")):
         p.add_argument(f"--{name}", type=int, default=None, help=what)

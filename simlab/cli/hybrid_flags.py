@@ -17,13 +17,13 @@ import math
 from pathlib import Path
 
 from .. import _checks
-from ..sim.hybrid import ATTENTION, CP_COMMS, PRECISIONS, RECOMPUTE, SCHEDULES, Plan, check_overlap
+from ..sim.hybrid import ATTENTION, CP_COMMS, LOSSES, PRECISIONS, RECOMPUTE, SCHEDULES, Plan, check_overlap
 from .hybrid_export import add_import_flags
 
 SHAPE = ("layers", "hidden", "heads", "seq", "vocab")
 KNOBS = ("microbatch", "tp", "pp", "dp", "chunks", "schedule", "zero", "offload", "sequence_parallel", "recompute",
          "shard", "stage_layers", "cp", "ep")
-SETTINGS = ("attention", "overlap", "cp_comm", "capacity")  # the framework's: given to the search, not searched
+SETTINGS = ("attention", "overlap", "cp_comm", "capacity", "loss")  # the framework's: given to the search, not searched
 EXPERTS = ("experts", "top_k", "expert_ffn")  # a mixture of experts' shape (lesson 7)
 # --flag: (GPU or Cluster field, how a flag's value becomes the field's)
 MACHINE = {"gpu_memory_gib": ("memory", lambda v: v * 2**30), "peak_tflops": ("peak_flops", lambda v: v * 1e12),
@@ -82,6 +82,8 @@ def add_plan_flags(p, plan_defaults: bool) -> None:
                    help="experts' capacity factor: each takes at most capacity·k·tokens/E tokens (default 0: dropless)")
     p.add_argument("--stage-layers", default=None, help="layers per pipeline stage, e.g. 7,8,8,7 (default even)")
     p.add_argument("--attention", choices=ATTENTION, default="flash", help="attention kernel (default flash)")
+    p.add_argument("--loss", choices=LOSSES, default="fused", help="the loss over the vocabulary: fused (Megatron's, "
+                   "4 bytes per logit) or fp32 (plain PyTorch's cross-entropy, torchtitan's: 12) (default fused)")
     p.add_argument("--overlap", default="dp,params",
                    help="what the framework hides behind compute: none, or any of dp,params,tp (default dp,params)")
     p.add_argument("--bucket", default=None, help="parameters per DP/ZeRO gather and reduction, e.g. 5e7,5e8 "
@@ -143,13 +145,13 @@ def plan_from(args, **defaults) -> Plan:
     check_overlap(args.overlap)
     return Plan(**values, stage_layers=stage_layers_from(args.stage_layers), precision=args.precision,
                 attention=args.attention, overlap=args.overlap, bucket=bucket_from(args.bucket), cp_comm=args.cp_comm,
-                capacity=args.capacity)
+                capacity=args.capacity, loss=args.loss)
 
 
 def add_precision_flag(p) -> None:
     """--precision, as `simlab plan` and `simlab step` both take it: the bytes of a parameter's states."""
     p.add_argument("--precision", choices=PRECISIONS, default="mixed",
-                   help="bytes per parameter: 16 / 2+2+12 / 2+4+12 / FP8 matmuls (2+4+12)")
+                   help="bytes per parameter: 16 / 2+2+12 / 2+4+12 / FP8 matmuls (2+4+12) / all 16-bit (2+2+6)")
 
 
 def add_machine_flags(p) -> None:

@@ -59,8 +59,14 @@ def sixteen_bit(gpu) -> str:
 
 def start(model, cluster, global_batch: int, plan) -> None:
     """What every export checks first: the plan itself (`check_plan`, one line naming the knob), then what no
-    framework can run whatever its flags: FP8 matmuls on a GPU without FP8 tensor cores."""
+    framework can run whatever its flags: FP8 matmuls on a GPU without FP8 tensor cores; and bf16 optimizer
+    states, which none of the three exports can say (Megatron's precision-aware optimizer keeps the master
+    weights in fp32 or fp16, DeepSpeed's and torchtitan's optimizers in fp32)."""
     check_plan(model, plan, cluster.gpus, global_batch)
+    if plan.precision == "bf16-optimizer":
+        refuse("precision='bf16-optimizer'", "bf16 master weights and Adam moments (apex's DistributedFusedAdam "
+                                            "as NeMo runs it) have no switch in Megatron-LM, DeepSpeed or "
+                                            "torchtitan; use precision='mixed'")
     if plan.precision == "fp8" and not cluster.gpu.peak_flops_fp8:
         refuse("precision='fp8'", f"the {cluster.gpu.name} has no FP8 tensor cores (Transformer Engine's FP8 "
                                   "needs Hopper or newer); use precision='mixed'")

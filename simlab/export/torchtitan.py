@@ -65,6 +65,17 @@ def module_name(model) -> str:
     return "simlab_" + (re.sub(r"\W+", "_", model.name.lower()).strip("_") or "model")
 
 
+def _check_loss(model, cluster, plan, global_batch: int) -> None:
+    """torchtitan's loss is plain PyTorch's cross_entropy on fp32 logits (`hybrid.LOSSES`): a plan made with a fused
+    loss is refused where, with torchtitan's, it would not fit."""
+    from ..sim.advisor import fits
+    from ..sim.hybrid_memory import per_gpu
+    if plan.loss != "fp32" and not fits(per_gpu(model, plan.with_(loss="fp32"), global_batch), cluster):
+        refuse(f"loss={plan.loss!r}", "torchtitan computes the loss as plain PyTorch does, cross_entropy on fp32 "
+               "logits (12 bytes per logit at its peak, not a fused loss's 4), and with it this plan does not fit: "
+               "plan with loss='fp32'")
+
+
 def _refusals(model, cluster, plan) -> None:
     check_llama3(model)
     kv = model.kv_heads or model.heads
@@ -209,8 +220,10 @@ def settings(model, cluster, global_batch: int, plan) -> list[Setting]:
     command line spells them (--section.field). A one-line ValueError where torchtitan cannot say the plan."""
     _refusals(model, cluster, plan)
     start(model, cluster, global_batch, plan)
-    return (_launch(cluster, module_name(model)) + _model(model, plan, global_batch) + _data_parallel(plan)
-            + _model_parallel(model, plan) + context_and_experts.torchtitan(model, plan) + _compute(plan))
+    out = (_launch(cluster, module_name(model)) + _model(model, plan, global_batch) + _data_parallel(plan)
+           + _model_parallel(model, plan) + context_and_experts.torchtitan(model, plan) + _compute(plan))
+    _check_loss(model, cluster, plan, global_batch)  # last: what torchtitan cannot say is refused first
+    return out
 
 
 def command(model, cluster, global_batch: int, plan) -> str:

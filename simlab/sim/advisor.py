@@ -33,6 +33,7 @@ from .hardware import Cluster
 from .hybrid import (
     ATTENTION,
     CP_COMMS,
+    LOSSES,
     PRECISIONS,
     RECOMPUTE,
     SCHEDULES,
@@ -67,9 +68,10 @@ def config(k: Knobs, i: int, model: Transformer) -> dict:
 
 def _lesson7(k: Knobs, i: int) -> dict:
     """Plan i's context- and expert-parallel knobs (a Knobs may carry them as one number for every plan)."""
-    at = {name: np.broadcast_to(getattr(k, name), np.shape(k.tp))[i] for name in ("cp", "ep", "capacity", "cp_comm")}
+    at = {name: np.broadcast_to(getattr(k, name), np.shape(k.tp))[i]
+          for name in ("cp", "ep", "capacity", "cp_comm", "loss")}
     return {"cp": int(at["cp"]), "cp_comm": CP_COMMS[int(at["cp_comm"])], "ep": int(at["ep"]),
-            "capacity": float(at["capacity"])}
+            "capacity": float(at["capacity"]), "loss": LOSSES[int(at["loss"])]}
 
 
 def describe(mem: dict, time: dict, fits, k: Knobs, i: int, model: Transformer) -> dict:
@@ -125,8 +127,9 @@ def _check_fixed(name: str, value) -> None:
 
 
 def _settings(precision: str, attention: str, overlap: str, bucket=(), cp_comm: str = "ring", capacity=0.0,
-              model: Transformer | None = None) -> tuple:
-    """The framework's settings checked, in one line naming the bad one; returns (cp_comm, capacity) as keyed."""
+              model: Transformer | None = None, loss: str = "fused") -> tuple:
+    """The framework's settings checked, in one line naming the bad one; returns (cp_comm, capacity, loss) as
+    keyed."""
     check_choice("precision", precision, PRECISIONS)
     check_choice("attention", attention, ATTENTION)
     check_overlap(overlap)
@@ -135,7 +138,8 @@ def _settings(precision: str, attention: str, overlap: str, bucket=(), cp_comm: 
     check_number("capacity", capacity, 0.0)
     if capacity and model is not None:
         check_experts(model, Plan(capacity=capacity))  # a dense model routes nothing to a capacity
-    return cp_comm, float(capacity)
+    check_choice("loss", loss, LOSSES)
+    return cp_comm, float(capacity), loss
 
 
 def _ranked(k: Knobs, mem: dict, time: dict, fits) -> list[int]:
@@ -149,11 +153,11 @@ _EVALUATED: collections.OrderedDict = collections.OrderedDict()  # the last few 
 
 
 def _evaluated(model: Transformer, c: Cluster, global_batch: int, fixed: tuple, attention: str, overlap: str,
-               bucket: tuple, precision: str, lesson7: tuple = ("ring", 0.0)):
+               bucket: tuple, precision: str, lesson7: tuple = ("ring", 0.0, "fused")):
     """Every candidate plan and its memory, time and fit, for arguments already checked: `search`, `by_family` and
     `fastest_of` on the same question (an explorer asks all of them at once) evaluate the plans once. Keyed by the
     model's and cluster's repr (a GPU holds a dict, so it does not hash); the arrays are shared, so they are made
-    read-only. `lesson7`: (cp_comm, capacity), the settings of context and expert parallelism."""
+    read-only. `lesson7`: (cp_comm, capacity, loss), the settings of context and expert parallelism and the loss's."""
     key = (repr(model), repr(c), global_batch, fixed, attention, overlap, bucket, precision, lesson7)
     if key not in _EVALUATED:
         k = candidates(model, c, global_batch, dict(fixed), attention, overlap, bucket, *lesson7)
@@ -172,12 +176,13 @@ def _evaluated(model: Transformer, c: Cluster, global_batch: int, fixed: tuple, 
 
 def search(model: Transformer, c: Cluster, global_batch: int, precision: str = "mixed", top: int = 10,
            attention: str = "flash", overlap: str = "dp,params", bucket: tuple = (), cp_comm: str = "ring",
-           capacity: float = 0.0, **fixed) -> dict:
+           capacity: float = 0.0, loss: str = "fused", **fixed) -> dict:
     """Best plan, the next `top` - 1, rejected plans by reason, the explanation with its ties and notes.
-    `fixed`: any of FIXABLE; `precision`, `attention`, `overlap`, `bucket`, `cp_comm` (how CP exchanges K,V) and
-    `capacity` (a mixture of experts' capacity factor, 0 dropless): the framework's settings."""
+    `fixed`: any of FIXABLE; `precision`, `attention`, `overlap`, `bucket`, `cp_comm` (how CP exchanges K,V),
+    `capacity` (a mixture of experts' capacity factor, 0 dropless) and `loss` (`hybrid.LOSSES`): the framework's
+    settings."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
-    lesson7 = _settings(precision, attention, overlap, bucket, cp_comm, capacity, model)
+    lesson7 = _settings(precision, attention, overlap, bucket, cp_comm, capacity, model, loss)
     for name, value in fixed.items():
         check_choice("constraint", name, FIXABLE)
         _check_fixed(name, value)
@@ -208,12 +213,12 @@ def evaluate_plan(model: Transformer, c: Cluster, global_batch: int, plan: Plan)
 
 def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str = "mixed",
               families: tuple | None = None, attention: str = "flash", overlap: str = "dp,params",
-              bucket: tuple = (), cp_comm: str = "ring", capacity: float = 0.0) -> dict:
+              bucket: tuple = (), cp_comm: str = "ring", capacity: float = 0.0, loss: str = "fused") -> dict:
     """{family: its fastest plan that fits, else its plan needing the least memory (fits False)}, in the
     order of `families` (default: every family the search finds): the winner beside the strategies that lose,
     for `render.hybrid_plans.draw_plan_memory` / `draw_time_breakdown`."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
-    lesson7 = _settings(precision, attention, overlap, bucket, cp_comm, capacity, model)
+    lesson7 = _settings(precision, attention, overlap, bucket, cp_comm, capacity, model, loss)
     check_precision(c.gpu, precision)
     k, mem, time, fits = _evaluated(model, c, global_batch, (), attention, overlap, tuple(bucket), precision, lesson7)
     names = family_names(k).astype(str)

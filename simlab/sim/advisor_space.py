@@ -21,7 +21,7 @@ import itertools
 import numpy as np
 
 from .hardware import Cluster
-from .hybrid import ATTENTION, CP_COMMS, RECOMPUTE, SCHEDULES, check_op_sac, layers_per_stage
+from .hybrid import ATTENTION, CP_COMMS, LOSSES, RECOMPUTE, SCHEDULES, check_op_sac, layers_per_stage
 from .hybrid_memory import Knobs
 from .model import Transformer
 
@@ -99,7 +99,8 @@ def _memory_knobs(attention: str, fixed: dict) -> np.ndarray:
 
 
 def candidates(model: Transformer, c: Cluster, global_batch: int, fixed: dict, attention: str = "flash",
-               overlap: str = "dp,params", bucket: tuple = (), cp_comm: str = "ring", capacity: float = 0.0) -> Knobs:
+               overlap: str = "dp,params", bucket: tuple = (), cp_comm: str = "ring", capacity: float = 0.0,
+               loss: str = "fused") -> Knobs:
     """Every plan, as arrays: the layouts × (ZeRO, Offload, HSDP) × sequence parallel × recomputation, layout by
     layout. The rules are checked on a (layouts, memory knobs) grid of booleans and only the plans kept are built:
     a trillion parameters on 3072 GPUs has ~10⁶ of them."""
@@ -129,7 +130,7 @@ def candidates(model: Transformer, c: Cluster, global_batch: int, fixed: dict, a
                  at["schedule"], ones * ATTENTION.index(attention), shard, at["first"], at["mid"], at["last"],
                  ones * ("dp" in over), ones * ("params" in over), ones * ("tp" in over),
                  *(ones * b for b in (bucket or (0, 0))), at["cp"], at["ep"], ones * float(capacity),
-                 ones * CP_COMMS.index(cp_comm))
+                 ones * CP_COMMS.index(cp_comm), ones * LOSSES.index(loss))
 
 
 def stage_layers(model: Transformer, pp: int, first: int, last: int) -> list[int]:

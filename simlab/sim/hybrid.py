@@ -39,16 +39,25 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full", "op-sac")
 LAYER_RECOMPUTE = RECOMPUTE[:3]  # lesson 5b's choices (one layer executed and measured: no op-level policy there)
 ATTENTION = ("eager", "flash")  # eager: Korthikanti's stored scores; flash: FlashAttention, no s² tensors
-OVERLAPS = ("dp", "params", "tp")  # what a framework may hide behind compute (`Plan.overlap`)
+OVERLAPS = ("dp", "params", "tp")
+# the loss over the vocabulary: fused (Megatron's vocab-parallel cross-entropy: the fp32 logits' softmax computed and
+# its gradient made in place, 4 bytes per logit) or fp32 (plain PyTorch, as torchtitan's train.py @ 9dec370:
+# cross_entropy(pred.float(), labels) keeps log_softmax's fp32 output, and its backward makes two more fp32 tensors
+# of that size beside it: 12 bytes per logit at the peak, `hybrid_memory.LOSS_BYTES`)
+LOSSES = ("fused", "fp32")  # what a framework may hide behind compute (`Plan.overlap`)
 # bytes per parameter of weights, gradients and optimizer state: lesson 3's (`simlab.sim.memory`, with FP8's
 # recipe); and per activation element (Korthikanti's formulas count 16-bit activations; FP8 keeps them 16-bit
 # too, an upper bound: Transformer Engine may save a GEMM's input in 8 bits)
 # FP8 (Transformer Engine's recipe, as NeMo runs it with `fp8_params`): the weights kept in FP8 with their transposed
 # copy for the backward on Hopper (1 + 1 byte, where BF16 weights took 2), fp32 gradients, fp32 master weights and
 # Adam's moments in the optimizer (TE's docs: "master weights in optimizer are in FP32"); GEMMs at FP8 speed
-STATE_BYTES = {**LESSON_3_BYTES, "fp8": Precision(2, 4, 12)}
-PRECISIONS = tuple(STATE_BYTES)  # fp32, mixed, mixed-fp32-grads, fp8
-ACTIVATION_BYTES = {"fp32": 4, "mixed": 2, "mixed-fp32-grads": 2, "fp8": 2}
+# bf16-optimizer: every state 16-bit — bf16 weights and gradients, and the optimizer's master copy, m and v in bf16
+# too (2 + 2 + 2): apex's DistributedFusedAdam with dtype=bf16 (its `dtype`: "datatype for optimizer state", the
+# parameters' local copy included unless store_params=False), as NeMo's yaml runs it for Nemotron-4 340B
+# (NVIDIA/dgxc-benchmarking v25.01.1 nemotron4-340b-synth.yaml: optim dtype bf16, grad_sync_dtype bf16)
+STATE_BYTES = {**LESSON_3_BYTES, "fp8": Precision(2, 4, 12), "bf16-optimizer": Precision(2, 2, 6)}
+PRECISIONS = tuple(STATE_BYTES)  # fp32, mixed, mixed-fp32-grads, fp8, bf16-optimizer
+ACTIVATION_BYTES = {"fp32": 4, "mixed": 2, "mixed-fp32-grads": 2, "fp8": 2, "bf16-optimizer": 2}
 
 
 @dataclass(frozen=True)
@@ -84,6 +93,7 @@ class Plan:
     cp_comm: str = "ring"
     ep: int = 1
     capacity: float = 0.0
+    loss: str = "fused"  # how the framework computes the loss over the vocabulary (`LOSSES`)
 
     def __post_init__(self):  # a list from JSON or `to_dict` becomes the tuple a frozen plan keeps
         for name in ("stage_layers", "bucket"):
@@ -177,6 +187,7 @@ def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> 
     check_overlap(plan.overlap)
     check_choice("cp_comm", plan.cp_comm, CP_COMMS)
     check_number("capacity", plan.capacity, 0.0)
+    check_choice("loss", plan.loss, LOSSES)
     check_bool("offload", plan.offload)
     check_bool("sequence_parallel", plan.sequence_parallel)
     check_int("shard", plan.shard, 0, plan.dp)

@@ -43,6 +43,11 @@ from .model import Transformer
 from .network import all_gather, all_reduce, reduce_scatter, send
 
 K_ELEMENTWISE = 2.39  # HBM bytes moved per activation byte kept: fitted (with gpus.IN_TRAINING) to Table 4
+# HBM bytes per logit the loss moves, forward + backward (`hybrid.LOSSES`): fused, its 4 fp32 bytes kept times
+# K_ELEMENTWISE; fp32 (plain PyTorch), counted kernel by kernel — the cast to fp32 (read 2, write 4), log_softmax
+# (three reads, one write: 16), nll_loss's zeroed gradient (4), log_softmax's backward (three reads, one write: 16)
+# and the cast back (read 4, write 2)
+LOSS_HBM_BYTES = (4 * K_ELEMENTWISE, 6 + 16 + 4 + 16 + 6)
 # Fixed costs, in operations (torch's aten calls) of `GPU.op_overhead` seconds each: nothing on a GPU's big
 # layers (the datasheet presets have op_overhead = 0), most of the step for lesson 6's tiny model on a CPU.
 # Counted on the course's own GPT (`simlab.exec.models`) by tests/exec/test_hybrid_ops.py.
@@ -160,7 +165,7 @@ def output_seconds(model: Transformer, k: Knobs, c, precision: str) -> dict:
     output and the loss's three of (b, s) fp32 values (max, sum of exponentials, target logit)."""
     gpu, a_b, tokens = c.gpu, ACTIVATION_BYTES[precision], rank_tokens(model, k)
     fwd, dgrad, wgrad = _gemm_times(gpu, [(tokens, model.vocab / k.tp, model.hidden)], precision == "fp8")
-    loss = 4 * tokens * model.vocab / k.tp * K_ELEMENTWISE / gpu.hbm_bandwidth  # fp32 logits, softmax, loss
+    loss = tokens * model.vocab / k.tp * np.where(k.loss == 1, LOSS_HBM_BYTES[1], LOSS_HBM_BYTES[0]) / gpu.hbm_bandwidth
     edges = all_reduce(c, 1, k.tp, tokens * model.hidden * a_b) + 3 * all_reduce(c, 1, k.tp, tokens * 4)
     return {"logits": fwd + dgrad + wgrad + loss + sum(OPS_OUTSIDE.values()) * gpu.op_overhead,
             "edges": np.where(k.tp > 1, edges, 0)}

@@ -19,8 +19,10 @@ Teaches (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Tr
   saves each GEMM's input in one byte instead of two (Transformer Engine's "input in FP8 saved for backward");
 - stage r of p holds, under 1F1B, min(p − r, m) micro-batches of its layers' activations (all m under GPipe);
   interleaved over v chunks, (2(p − r − 1) + (v − 1)p + 1)/v of them — Korthikanti's L(1 + (p−1)/(pv)) on the
-  first stage. The first stage also holds the embedding, the last the output layer and the fp32 logits of
-  its micro-batch. The most loaded of the first, second and last stage is the GPU that must fit.
+  first stage. The first stage also holds the embedding, the last the output layer and its micro-batch's loss:
+  4 bytes per logit with a fused loss (Megatron's), 12 with plain PyTorch's fp32 cross-entropy (torchtitan's:
+  log_softmax's output and, in its backward, two gradients of that size; `LOSS_BYTES`). The most loaded of the
+  first, second and last stage is the GPU that must fit.
 - lesson 7: context parallelism keeps s/cp of every activation on a rank (the sequence is split; it needs a fused
   attention kernel, so no s² scores) and, for the layer at work, the K,V buffers of its `cp_comm` (`cp_traffic`);
   ZeRO shards the dense states over dp·cp (Megatron's data-parallel-with-context group). A mixture of experts holds
@@ -52,6 +54,7 @@ from .hybrid import (
     ACTIVATION_BYTES,
     ATTENTION,
     CP_COMMS,
+    LOSSES,
     RECOMPUTE,
     SCHEDULES,
     STATE_BYTES,
@@ -66,6 +69,7 @@ from .model import Transformer
 HOST_BYTES = HOST_ADAM_BYTES + CPU_GRAD_BYTES  # per parameter on the host under Offload (lesson 3's)
 FIRST, MIDDLE, LAST = 0, 1, 2  # the stages that can be the most loaded: 0, 1 and p − 1
 ZERO3_UNIT = 1e9  # parameters ZeRO-3 gathers at once at most (DeepSpeed: stage3_max_live_parameters)
+LOSS_BYTES = (4, 12)  # per logit at the loss's peak, fused and fp32 (`hybrid.LOSSES`; the docstring's last stage)
 
 
 class Knobs(NamedTuple):
@@ -98,6 +102,7 @@ class Knobs(NamedTuple):
     ep: np.ndarray = 1
     capacity: np.ndarray = 0.0
     cp_comm: np.ndarray = 0
+    loss: np.ndarray = 0  # an index into `hybrid.LOSSES`
 
 
 def knobs(plan: Plan, model: Transformer) -> Knobs:
@@ -107,7 +112,7 @@ def knobs(plan: Plan, model: Transformer) -> Knobs:
         plan.tp, plan.pp, plan.dp, plan.microbatch, plan.chunks, plan.zero, plan.offload, plan.sequence_parallel,
         RECOMPUTE.index(plan.recompute), SCHEDULES.index(plan.schedule), ATTENTION.index(plan.attention),
         plan.shard_size, first, mid, last, "dp" in over, "params" in over, "tp" in over, *(plan.bucket or (0, 0)),
-        plan.cp, plan.ep, plan.capacity, CP_COMMS.index(plan.cp_comm))))
+        plan.cp, plan.ep, plan.capacity, CP_COMMS.index(plan.cp_comm), LOSSES.index(plan.loss))))
 
 
 def stage_params(model: Transformer, k: Knobs, stage: int) -> np.ndarray:
@@ -262,7 +267,8 @@ def activations(model: Transformer, k: Knobs, m, precision: str, stage: int) -> 
             model, k, ACTIVATION_BYTES[precision])
     sbh_t = _sbh(model, k) / k.tp
     embedding = sbh_t * in_flight(k, m, FIRST) * scale
-    logits = 4 * sbh_t * (1 + model.vocab / model.hidden)  # bytes: final norm's input and fp32 logits
+    # bytes: the final norm's fp32 input, the loss's per logit (split over t: vocab-parallel loss, loss_parallel)
+    logits = sbh_t * (4 + np.where(k.loss == 1, LOSS_BYTES[1], LOSS_BYTES[0]) * model.vocab / model.hidden)
     emb = {FIRST: embedding, MIDDLE: 0, LAST: np.where(k.pp == 1, embedding, 0)}[stage]
     out = {FIRST: np.where(k.pp == 1, logits, 0), MIDDLE: 0, LAST: logits}[stage]
     extra = emb + out if stage == FIRST else out + emb

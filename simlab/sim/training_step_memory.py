@@ -55,7 +55,8 @@ BLOCK = {name: "norms" if name in ("ln1_input", "ln2_input") else "attention" if
          for i, name in enumerate(TERMS)}
 
 STATE_PARTS = ("params", "grads", "master", "adam_m", "adam_v")
-ADAM_MOMENT_BYTES = 4  # Adam's m and v, fp32 in every recipe
+ADAM_MOMENT_BYTES = 4  # Adam's m and v, fp32 in every recipe lesson 5b draws
+MOMENT_BYTES = {"bf16-optimizer": 2}  # lesson 6's recipe with bf16 moments (and master copy): `hybrid.STATE_BYTES`
 RECIPES = {
     "fp32": Message("fp32: weights (the master copy themselves), gradients, Adam's m and v, 4 bytes each"),
     "mixed": Message("bf16 or fp16 mixed precision: 16-bit weights and gradients, fp32 master weights, m and v"),
@@ -110,8 +111,8 @@ def state_recipe(precision: str) -> dict:
     lesson 6's `STATE_BYTES`, the optimizer's share split into master + Adam's two fp32 moments."""
     check_choice("precision", precision, PRECISIONS)
     param, grad, optimizer = STATE_BYTES[precision]
-    master = optimizer - 2 * ADAM_MOMENT_BYTES
-    parts = dict(zip(STATE_PARTS, (param, grad, master, ADAM_MOMENT_BYTES, ADAM_MOMENT_BYTES)))
+    moment = MOMENT_BYTES.get(precision, ADAM_MOMENT_BYTES)
+    parts = dict(zip(STATE_PARTS, (param, grad, optimizer - 2 * moment, moment, moment)))
     return parts | {"total": sum(parts.values())}
 
 

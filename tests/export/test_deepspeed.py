@@ -192,6 +192,7 @@ REFUSED = [
     (Plan(dp=16, zero=1, overlap="dp,params"), r"^overlap='dp,params': .*inside step\(\)", None),
     (Plan(dp=16, zero=3, shard=8), r'^shard=8: .*"MiCS ZeRO-3 sharding has been removed"', "runtime/config.py"),
     (Plan(dp=16, zero=1, overlap="dp", precision="fp8"), r"^precision='fp8': DeepSpeed's config has no FP8", None),
+    (Plan(dp=16, zero=1, overlap="dp", precision="bf16-optimizer"), r"^precision='bf16-optimizer': bf16 master", None),
     (Plan(tp=2, dp=8, zero=3, sequence_parallel=True), r"^sequence_parallel=True: AutoTP", None),
     (Plan(dp=16, zero=3, recompute="selective"), r"^recompute='selective': ", None),
     (Plan(dp=16, zero=3, precision="mixed-fp32-grads"), r"^precision='mixed-fp32-grads': .*ZeRO stage 1", None),

@@ -301,6 +301,7 @@ REFUSED = [
     (L8, H16, 64, Plan(dp=16, zero=1, overlap="params"), r"^overlap='params': .*--overlap-grad-reduce"),
     (L8, H16, 64, Plan(tp=2, dp=8, overlap="dp,tp"), r"^overlap='dp,tp': .*sequence parallelism"),
     (L8, A16, 64, Plan(tp=2, dp=8, precision="fp8"), r"^precision='fp8': the a100-80gb has no FP8"),
+    (L8, H16, 64, Plan(dp=16, zero=1, precision="bf16-optimizer"), r"^precision='bf16-optimizer': bf16 master"),
     (PRESETS["bloom-176b"], cluster("a100-80gb", gpus=96), 96, Plan(tp=4, pp=12, dp=2),
      r"^model='bloom-176b': its layer norm after the token embedding"),
     (L8, H16, 64, Plan(dp=16, zero=1, bucket=(1000, 2000)), r"^bucket=\(1000, 2000\): .*the same units"),

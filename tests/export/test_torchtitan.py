@@ -290,7 +290,18 @@ REFUSED = [  # (model, cluster, batch, plan, the start of the one line)
      "chunks=3: virtual stage 8 would hold no layer"),
     (PRESETS["llama3-8b"], A100, 16, Plan(tp=8, precision="fp8"), "precision='fp8': torchtitan's float8"),
     (PRESETS["llama3-8b"], A100, 16, Plan(tp=4), "tp=4: tp*pp*dp = 4 must use all gpus=8"),  # check_plan's own
+    # torchtitan-8b-8's plan fits an 80 GB H100 with a fused loss, not with torchtitan's own fp32 one
+    (PRESETS["llama3-8b"], cluster("h100-80gb", gpus=8), 16, Plan(dp=8, microbatch=2, zero=3, recompute="op-sac",
+                                                                    precision="mixed-fp32-grads"),
+     "loss='fused': torchtitan computes the loss as plain PyTorch does"),
+    (PRESETS["llama3-8b"], A100, 16, Plan(dp=8, precision="bf16-optimizer"), "precision='bf16-optimizer': bf16 master"),
 ]
+
+
+def test_a_fused_loss_plan_that_still_fits_with_torchtitans_loss_is_exported():
+    model, c = PRESETS["llama3-8b"], cluster("h100-96gb-hbm2e", gpus=8)
+    plan = Plan(dp=8, microbatch=2, zero=3, recompute="op-sac")
+    assert emit(model, c, 16, plan) == emit(model, c, 16, plan.with_(loss="fp32"))
 
 
 @pytest.mark.parametrize("model, c, batch, plan, message", REFUSED, ids=[r[4].split(":")[0] for r in REFUSED])

@@ -177,3 +177,31 @@ def test_activations_stay_linear_in_the_micro_batch_up_to_the_largest_batch():
     one = per_gpu(model, Plan(microbatch=1), global_batch=1)["activations"]
     huge = per_gpu(model, Plan(microbatch=2 ** 40), global_batch=2 ** 40)["activations"]
     assert huge > 0 and abs(huge / one / 2 ** 40 - 1) < 0.05  # the logits' share is per micro-batch too
+
+
+def test_plain_pytorchs_fp32_loss_holds_eight_bytes_more_per_logit_on_the_last_stage_only():
+    """torchtitan's loss, cross_entropy(logits.float()), holds log_softmax's fp32 output and, in its backward, the
+    incoming and outgoing fp32 gradients: 12 bytes per logit where a fused loss holds 4. By hand: llama3-8b, b = 2,
+    s = 8192, t = 2 (the loss over a vocabulary split over t): 8 · 16384 · 128256 / 2 bytes more, on the GPU holding
+    the output layer (the last stage) and nowhere else."""
+    from simlab.sim.hybrid_memory import FIRST, LAST, MIDDLE, activations
+    model, by_hand = PRESETS["llama3-8b"], 8 * 2 * 8192 * 128256 / 2
+    for pp in (1, 4):
+        plan = Plan(tp=2, pp=pp, dp=8 // pp, microbatch=2)
+        m = 16 // plan.dp // 2
+        more = {s: float(activations(model, knobs(plan.with_(loss="fp32"), model), m, "mixed", s)["activations"]
+                         - activations(model, knobs(plan, model), m, "mixed", s)["activations"])
+                for s in (FIRST, MIDDLE, LAST)}
+        assert more == ({FIRST: by_hand, MIDDLE: 0, LAST: by_hand} if pp == 1 else {FIRST: 0, MIDDLE: 0, LAST: by_hand})
+    assert (per_gpu(model, Plan(tp=2, dp=4, microbatch=2, loss="fp32"), 16)["total"]
+            - per_gpu(model, Plan(tp=2, dp=4, microbatch=2), 16)["total"]) == by_hand
+
+
+def test_bf16_optimizer_states_are_two_bytes_each_and_shard_as_zero_says():
+    """NeMo's distributed_fused_adam with dtype bf16: weights 2, gradients 2, master copy + m + v 2 + 2 + 2; ZeRO-1
+    over d = 4 shards the 6 bytes of the optimizer only."""
+    model = PRESETS["llama2-7b"]
+    plan = Plan(dp=4, zero=1, precision="bf16-optimizer")
+    mem = per_gpu(model, plan, 4)
+    assert (mem["params"], mem["grads"], mem["optimizer"]) == (2 * model.params, 2 * model.params,
+                                                               6 * -(-model.params // 4))

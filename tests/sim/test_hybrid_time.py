@@ -226,3 +226,20 @@ def test_buckets_set_how_many_collectives_pay_their_latency():
     assert step(m, plan, c, 256)["breakdown"]["dp_comm"] == pytest.approx(want)
     per_layer = step(m, plan.with_(bucket=()), c, 256)["breakdown"]["dp_comm"]
     assert per_layer < want  # fewer, bigger collectives: fewer latencies
+
+
+def test_plain_pytorchs_fp32_loss_moves_its_bytes_at_hbm_speed():
+    """The fp32 loss's kernels, counted by hand: cast to fp32 (2 + 4), log_softmax (3 reads + 1 write, 16), nll's
+    zeroed gradient (4), log_softmax's backward (16), the cast back (4 + 2): 48 bytes per logit, where the fused
+    loss moves its 4 kept bytes K_ELEMENTWISE times. llama3-8b, b = 2, s = 8192, one H100, no TP: per micro-batch."""
+    from simlab.sim.hybrid_layer import K_ELEMENTWISE, output_seconds
+    from simlab.sim.hybrid_memory import knobs
+    model, c = PRESETS["llama3-8b"], cluster("h100-80gb", gpus=1)
+    plan = Plan(microbatch=2)
+    fused, fp32 = (output_seconds(model, knobs(plan.with_(loss=loss), model), c, "mixed")["logits"]
+                   for loss in ("fused", "fp32"))
+    logits = 2 * 8192 * 128256
+    assert float(fp32 - fused) == pytest.approx(logits * (48 - 4 * K_ELEMENTWISE) / c.gpu.hbm_bandwidth)
+    m = 4  # the step pays it once per micro-batch
+    steps = [step(model, plan.with_(loss=loss), c, 2 * m)["step_seconds"] for loss in ("fused", "fp32")]
+    assert steps[1] - steps[0] == pytest.approx(m * float(fp32 - fused))
