@@ -39,12 +39,12 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full", "op-sac")
 LAYER_RECOMPUTE = RECOMPUTE[:3]  # lesson 5b's choices (one layer executed and measured: no op-level policy there)
 ATTENTION = ("eager", "flash")  # eager: Korthikanti's stored scores; flash: FlashAttention, no s² tensors
-OVERLAPS = ("dp", "params", "tp")
+OVERLAPS = ("dp", "params", "tp")  # what a framework may hide behind compute (`Plan.overlap`)
 # the loss over the vocabulary: fused (Megatron's vocab-parallel cross-entropy: the fp32 logits' softmax computed and
 # its gradient made in place, 4 bytes per logit) or fp32 (plain PyTorch, as torchtitan's train.py @ 9dec370:
 # cross_entropy(pred.float(), labels) keeps log_softmax's fp32 output, and its backward makes two more fp32 tensors
 # of that size beside it: 12 bytes per logit at the peak, `hybrid_memory.LOSS_BYTES`)
-LOSSES = ("fused", "fp32")  # what a framework may hide behind compute (`Plan.overlap`)
+LOSSES = ("fused", "fp32")
 # bytes per parameter of weights, gradients and optimizer state: lesson 3's (`simlab.sim.memory`, with FP8's
 # recipe); and per activation element (Korthikanti's formulas count 16-bit activations; FP8 keeps them 16-bit
 # too, an upper bound: Transformer Engine may save a GEMM's input in 8 bits)

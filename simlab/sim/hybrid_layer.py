@@ -36,7 +36,7 @@ import numpy as np
 from .expert_parallel_costs import all_to_all, layer_a2a
 from .expert_parallel_costs import gemms as moe_gemms
 from .gpus import flash_seconds, gemm_seconds
-from .hybrid import ACTIVATION_BYTES, ATTENTION, CP_COMMS, rank_tokens
+from .hybrid import ACTIVATION_BYTES, ATTENTION, CP_COMMS, LOSSES, rank_tokens
 from .hybrid_memory import Knobs, cp_traffic, layer_activation_bytes
 from .hybrid_op_sac import recomputed_mms
 from .model import Transformer
@@ -165,7 +165,8 @@ def output_seconds(model: Transformer, k: Knobs, c, precision: str) -> dict:
     output and the loss's three of (b, s) fp32 values (max, sum of exponentials, target logit)."""
     gpu, a_b, tokens = c.gpu, ACTIVATION_BYTES[precision], rank_tokens(model, k)
     fwd, dgrad, wgrad = _gemm_times(gpu, [(tokens, model.vocab / k.tp, model.hidden)], precision == "fp8")
-    loss = tokens * model.vocab / k.tp * np.where(k.loss == 1, LOSS_HBM_BYTES[1], LOSS_HBM_BYTES[0]) / gpu.hbm_bandwidth
+    loss = tokens * model.vocab / k.tp * np.where(k.loss == LOSSES.index("fp32"), LOSS_HBM_BYTES[1],
+                                                         LOSS_HBM_BYTES[0]) / gpu.hbm_bandwidth
     edges = all_reduce(c, 1, k.tp, tokens * model.hidden * a_b) + 3 * all_reduce(c, 1, k.tp, tokens * 4)
     return {"logits": fwd + dgrad + wgrad + loss + sum(OPS_OUTSIDE.values()) * gpu.op_overhead,
             "edges": np.where(k.tp > 1, edges, 0)}

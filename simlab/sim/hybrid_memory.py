@@ -268,7 +268,7 @@ def activations(model: Transformer, k: Knobs, m, precision: str, stage: int) -> 
     sbh_t = _sbh(model, k) / k.tp
     embedding = sbh_t * in_flight(k, m, FIRST) * scale
     # bytes: the final norm's fp32 input, the loss's per logit (split over t: vocab-parallel loss, loss_parallel)
-    logits = sbh_t * (4 + np.where(k.loss == 1, LOSS_BYTES[1], LOSS_BYTES[0]) * model.vocab / model.hidden)
+    logits = sbh_t * (4 + np.where(k.loss == LOSSES.index("fp32"), LOSS_BYTES[1], LOSS_BYTES[0]) * model.vocab / model.hidden)
     emb = {FIRST: embedding, MIDDLE: 0, LAST: np.where(k.pp == 1, embedding, 0)}[stage]
     out = {FIRST: np.where(k.pp == 1, logits, 0), MIDDLE: 0, LAST: logits}[stage]
     extra = emb + out if stage == FIRST else out + emb
