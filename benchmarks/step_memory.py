@@ -3,7 +3,8 @@
 The step is `make gpu-check`'s timed one (tools/gpu_checks/timing.py): a GPT of 1.11 B parameters (20 layers,
 h 2048, 16 heads, s 2048, V 50304, tied), 8 sequences, bf16 autocast, SDPA, AdamW, in plain PyTorch. Three
 answers to "how many bytes at its peak?":
-  model     simlab.sim.advisor.evaluate_plan on the `h200` preset (tp = pp = dp = 1, mixed precision, flash):
+  model     simlab.sim.advisor.evaluate_plan on the `h200` preset (tp = pp = dp = 1, mixed precision, flash,
+            the fp32 loss autocast runs):
             what the time model's timing row predicts beside it
   torch     torch.distributed._tools.mem_tracker.MemTracker under FakeTensorMode: torch's own estimator runs
             the step on fake tensors (no memory, no GPU) and counts every tensor by kind. On this CPU build it
@@ -30,7 +31,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
 
-from gpu_checks.timing import GPT_STEP, gpt_model  # noqa: E402 — after sys.path gains tools/
+from gpu_checks.timing import GPT_STEP, STEP_LOSS, gpt_model  # noqa: E402 — after sys.path gains tools/
 
 KINDS = ("params", "grads", "optimizer", "activations", "temp")
 
@@ -42,7 +43,8 @@ def model_bytes(shape: dict, batch: int) -> dict:
     from simlab.sim.model import Transformer
     spec = Transformer("gpt-step", shape["layers"], shape["hidden"], shape["heads"], seq=shape["seq"],
                        vocab=shape["vocab"], tied=True, dropout=False)
-    plan = Plan(tp=1, pp=1, dp=1, microbatch=batch, precision="mixed", attention="flash", overlap="none")
+    plan = Plan(tp=1, pp=1, dp=1, microbatch=batch, precision="mixed", attention="flash", overlap="none",
+                loss=STEP_LOSS)
     got = evaluate_plan(spec, cluster("h200", gpus=1), batch, plan)["bytes_per_gpu"]
     return {k: float(got.get(k, 0.0)) for k in KINDS} | {"total": float(got["total"])}
 

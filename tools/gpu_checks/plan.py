@@ -6,6 +6,8 @@ On ONE GPU (what gpu-check was reshaped for: 1 GPU, ~15 minutes, no network), se
 |-----------------------------------|---------|-------------|----------------------------------------------------|
 | timing: one train step            | none    | 1 process   | median CUDA-event step vs time model (info)        |
 | memory: one train step (peak)     | none    | 1 process   | peak requested bytes vs advisor's bytes/GPU (info) |
+| loss: fp32 cross-entropy          | none    | 1 process   | that loss's bytes and time per logit (info)        |
+| gemm: thin to square              | none    | 1 process   | single GEMMs vs gpus.gemm_seconds (info)           |
 | memory: zero1/zero2/zero3/offload | fake    | 0 of 4      | held vs lesson 3's per_gpu_bytes (5 %); peak       |
 | memory: 3-d first stage           | fake    | 0 of 8      | 2·2·2, ZeRO-1: held vs rank_states (5 %); peak     |
 | memory: 3-d last stage            | fake    | 7 of 8      | the same on the last stage (the output layer's)    |
@@ -34,9 +36,13 @@ were on: a gloo rank that silently computed on the CPU is a ✗. Why this split:
 - Timing: a GPT of 1.1 B parameters (20 layers, h 2048, 16 heads, s 2048, V 50304, tied) trained in bf16
   autocast with SDPA attention and fused AdamW; 8 sequences per step on a ≥ 100 GiB GPU, 4 on ≥ 60 GiB, else 2
   (and 8 layers under 30 GiB). Three steps of warm-up, five timed with CUDA events; the prediction is
-  `simlab.sim.advisor.evaluate_plan` (the hybrid time model) for tp = pp = dp = 1, 16-bit mixed precision and
-  flash attention, on the preset named after the GPU (h200, h100-80gb, a100-80gb …; $SIMLAB_GPU_PRESET picks
-  another). The ratio measured / model is reported as it is: nothing is fitted to it.
+  `simlab.sim.advisor.evaluate_plan` (the hybrid time model) for tp = pp = dp = 1, 16-bit mixed precision,
+  flash attention and the fp32 loss autocast runs (cross_entropy is on its fp32 list), on the preset named
+  after the GPU (h200, h100-80gb, a100-80gb …; $SIMLAB_GPU_PRESET picks another). The ratio measured / model
+  is reported as it is: nothing is fitted to it. The allocator's reserved peak is reported beside the tensors'
+  (the model allows 5 % fragmentation; torchtitan publishes reserved bytes), and the loss is then measured
+  alone: its peak bytes and time per logit against the model's, and single GEMMs from square to a TP-8 shard
+  of Llama 3 8B against the GEMM roofline (`simlab.sim.gpus.gemm_seconds`).
 With one GPU per rank (≥ 2 GPUs) the parity rows run as they always did: NCCL on min(GPUs, 4) ranks, one GPU
 each (DDP with our ring, the pipeline 1F1B), ZeRO's memory on real NCCL ranks; 3-D memory and timing as above.
 CUDA_VISIBLE_DEVICES=0 runs the one-GPU plan on such a machine. On the CPU (--device cpu) the plan is the one-GPU
@@ -101,7 +107,8 @@ def plan(mode: str, gpus: int = 1) -> list:
     dp, pp, tp = hybrid_layout(mode, gpus)
     step = "1 process on cuda:0, bf16 autocast, SDPA" if mode != "cpu" else "1 process on cpu, fp32"
     groups = [
-        Group("timing", 240, (("timing: one train step", step), ("memory: one train step (peak)", step))),
+        Group("timing", 240, (("timing: one train step", step), ("memory: one train step (peak)", step),
+                              ("loss: fp32 cross-entropy", step), ("gemm: thin to square", step))),
         Group("memory-zero", 120, tuple((f"memory: {name}", zero_mem) for name in ZERO)),
         Group("memory-3d", 120, (("memory: 3-d first stage", f"fake group, rank 0 of 8 on {where}"),
                                  ("memory: 3-d last stage", f"fake group, rank 7 of 8 on {where}"))),

@@ -1,6 +1,9 @@
 """The timing group: one real training step of a GPT in the time model's shape (1.1 B parameters on a GPU, bf16
 autocast, SDPA, fused AdamW), timed with CUDA events against `simlab.sim.advisor.evaluate_plan`'s prediction for
-the GPU's preset, and that step's peak memory against the advisor's bytes per GPU — both reported, not tested."""
+the GPU's preset, and that step's peak memory against the advisor's bytes per GPU (and the allocator's reserved
+peak against the model's fragmentation allowance); then that step's loss alone — plain PyTorch's cross-entropy on
+upcast logits, `Plan.loss = "fp32"` — its peak bytes and time per logit against the model's. All reported, not
+tested: the ratios are measurements."""
 from __future__ import annotations
 
 import contextlib
@@ -17,6 +20,9 @@ from .report import FAIL, INFO, mb, row
 GPT_STEP = {"full": dict(layers=20, hidden=2048, heads=16, seq=2048, vocab=50304),
             "tiny": dict(layers=2, hidden=64, heads=4, seq=32, vocab=256)}
 WARMUP, TIMED = {"full": 3, "tiny": 1}, {"full": 5, "tiny": 2}
+# Autocast runs cross_entropy in fp32 (it is on autocast's fp32 list): the step's loss is plain PyTorch's on upcast
+# logits, what torchtitan's train.py writes out, so the step is planned with `Plan.loss = "fp32"`
+STEP_LOSS = "fp32"
 
 
 def gpu_preset(name: str, memory: float) -> str | None:
@@ -88,6 +94,7 @@ def child_timing(mode, gpus, size):
     from torch.nn import functional as F
 
     from simlab.sim.advisor import evaluate_plan
+    from simlab.sim.gpus import FRAGMENTATION
     from simlab.sim.hardware import cluster
     from simlab.sim.hybrid import Plan
     from simlab.sim.model import Transformer
@@ -154,7 +161,7 @@ def child_timing(mode, gpus, size):
         return
     gpu = cluster(preset, gpus=1)
     plan_ = Plan(tp=1, pp=1, dp=1, microbatch=batch, precision="mixed" if cuda else "fp32",
-                 attention="flash" if cuda else "eager", overlap="none")
+                 attention="flash" if cuda else "eager", overlap="none", loss=STEP_LOSS)
     model_ = evaluate_plan(spec, gpu, batch, plan_)
     peak_flops = gpu.gpu.peak_flops
     mfu = lambda s: f"MFU {100 * flops / (s * peak_flops):.0f} %"  # noqa: E731 — a one-line local helper
@@ -164,6 +171,97 @@ def child_timing(mode, gpus, size):
               f"measured/model {measured / model_['step_seconds']:.2f}×" + ("" if finite else "; loss not finite"),
               INFO if finite else FAIL)
     predicted = model_["bytes_per_gpu"]["total"]
-    yield row(checks[1][0], how, f"peak {mb(peak)}" if peak is not None else "n/a on cpu",
-              f"{mb(predicted)} (states {mb(predicted - model_['bytes_per_gpu']['activations'])})",
-              "n/a" if peak is None else f"measured/model {peak / predicted:.2f}×", INFO)
+    reserved = torch.cuda.max_memory_reserved() if cuda else None
+    allowance = 1 / (1 - FRAGMENTATION)
+    yield row(checks[1][0], how, f"peak {mb(peak)}, reserved {mb(reserved)}" if peak is not None else "n/a on cpu",
+              f"{mb(predicted)} (states {mb(predicted - model_['bytes_per_gpu']['activations'])})"
+              + (f"; reserved ≤ {allowance:.2f}× peak" if cuda else ""), "n/a" if peak is None else
+              f"measured/model {peak / predicted:.2f}×; reserved/peak {reserved / peak:.2f}×", INFO)
+    yield loss_row(checks[2], dev, batch * spec.seq, spec.vocab, spec.hidden, gpu.gpu, size)
+    yield gemm_row(checks[3], dev, gpu.gpu, size)
+
+
+# (m, n, k) of single GEMMs, thin to square: squares (NVIDIA's curve the latency was fitted to, on an A100), then
+# Llama 3 8B's forward GEMMs on 16384 tokens whole (QKV, w1, w2) and as TP-8 shards (what issue 21's "TP8 for an
+# 8B model" turns on); tiny on the CPU
+GEMM_SHAPES = {"full": ((1024, 1024, 1024), (4096, 4096, 4096), (8192, 8192, 8192), (16384, 6144, 4096),
+                        (16384, 14336, 4096), (16384, 4096, 14336), (16384, 768, 4096), (16384, 1792, 4096),
+                        (16384, 4096, 1792)),
+               "tiny": ((64, 64, 64), (128, 96, 64))}
+
+
+def gemm_row(check, dev, gpu, size: str) -> dict:
+    """Single bf16 GEMMs timed alone with CUDA events against `gpus.gemm_seconds(..., in_training=False)`: the
+    roofline (latency + FLOPs at mamf-finder's best rate + bytes at HBM speed) on this GPU, shape by shape."""
+    from simlab.sim.gpus import gemm_seconds
+    cuda = dev.type == "cuda"
+    dtype = torch.bfloat16 if cuda else torch.float32
+    ratios, cells = [], []
+    for m, n, k in GEMM_SHAPES[size]:
+        a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
+        seconds = []
+        for i in range(WARMUP[size] + 10):
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                a @ b
+                end.record()
+                end.synchronize()
+                took = start.elapsed_time(end) / 1e3
+            else:
+                t0 = time.perf_counter()
+                a @ b
+                took = time.perf_counter() - t0
+            seconds += [took] if i >= WARMUP[size] else []
+        measured, modelled = statistics.median(seconds), gemm_seconds(gpu, m, n, k, in_training=False)
+        ratios.append(measured / modelled)
+        cells.append(f"{m}×{n}×{k} {2 * m * n * k / measured / 1e12:.3g}/{2 * m * n * k / modelled / 1e12:.3g}")
+    return row(check[0], f"{len(cells)} GEMMs in {str(dtype)[6:]}, median of 10 each",
+               "TFLOP/s measured/model: " + ", ".join(cells), f"gpus.gemm_seconds ({gpu.name})",
+               f"measured/model {min(ratios):.2f}–{max(ratios):.2f}×", INFO)
+
+
+def loss_row(check, dev, tokens: int, vocab: int, hidden: int, gpu, size: str) -> dict:
+    """The fp32 loss alone, as the step runs it: logits = hidden · Wᵀ in bf16, then cross_entropy(logits.float()).
+    Bytes: the peak above the inputs, per logit, against `hybrid_memory.LOSS_BYTES` (log_softmax's fp32 output and,
+    in its backward, two fp32 gradients of that size). Time: forward + backward of the loss on a bf16 logits leaf,
+    against `hybrid_layer.LOSS_HBM_BYTES` per logit at the GPU's HBM speed (the matmul is the time model's GEMM)."""
+    from torch.nn import functional as F
+
+    from simlab.sim.hybrid import LOSSES
+    from simlab.sim.hybrid_layer import LOSS_HBM_BYTES
+    from simlab.sim.hybrid_memory import LOSS_BYTES
+    cuda, which = dev.type == "cuda", LOSSES.index(STEP_LOSS)
+    dtype = torch.bfloat16 if cuda else torch.float32
+    gen = torch.Generator().manual_seed(1)
+    h = torch.randn(tokens, hidden, generator=gen).to(dev, dtype).requires_grad_()  # (N, h)
+    w = (torch.randn(vocab, hidden, generator=gen) * hidden ** -0.5).to(dev, dtype)  # (V, h)
+    y = torch.randint(0, vocab, (tokens,), generator=gen).to(dev)  # (N,)
+    meter = Meter(dev)
+    F.cross_entropy((h @ w.T).float(), y).backward()  # no name keeps the (N, V) logits alive
+    per_logit = None if meter.peak() is None else meter.peak() / (tokens * vocab)
+    logits = (h.detach() @ w.T).requires_grad_()  # (N, V) bf16: the loss's input, as the output layer hands it over
+    seconds = []
+    for i in range(WARMUP[size] + TIMED[size]):
+        logits.grad = None
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            F.cross_entropy(logits.float(), y).backward()
+            end.record()
+            end.synchronize()
+            took = start.elapsed_time(end) / 1e3
+        else:
+            t0 = time.perf_counter()
+            F.cross_entropy(logits.float(), y).backward()
+            took = time.perf_counter() - t0
+        seconds += [took] if i >= WARMUP[size] else []
+    measured = statistics.median(seconds)
+    modelled = LOSS_HBM_BYTES[which] * tokens * vocab / gpu.hbm_bandwidth
+    how = f"{tokens} tokens × {vocab} logits in {str(dtype)[6:]} → cross_entropy(logits.float())"
+    return row(check[0], how, ("bytes n/a on cpu; " if per_logit is None else f"peak {per_logit:.2f} B/logit; ")
+               + f"{measured * 1e3:.2f} ms (median of {len(seconds)})",
+               f"{LOSS_BYTES[which]} B/logit; {modelled * 1e3:.2f} ms ({LOSS_HBM_BYTES[which]} B/logit at "
+               f"{gpu.hbm_bandwidth / 1e9:,.0f} GB/s)",
+               ("" if per_logit is None else f"bytes measured/model {per_logit / LOSS_BYTES[which]:.2f}×; ")
+               + f"time measured/model {measured / modelled:.2f}×", INFO)
