@@ -19,6 +19,8 @@ type has one set of constants (`simlab.sim.gpus`).
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from .advisor import fits
 from .hardware import cluster
 from .hybrid import Plan, check_plan
@@ -113,8 +115,11 @@ def narayanan_table_1() -> list[dict]:
 
 
 def _predict(run, **changes):
+    """(cluster, plan, tokens/s per GPU) of `run`, with `changes` to its plan, `inter_node_gbps` or `gpu` (a dict of
+    `GPU` fields: another reading of the part's datasheet)."""
     gbps = changes.pop("inter_node_gbps", run.inter_node_gbps)
     c = cluster(run.gpu, gpus=run.gpus, inter_node_gbps=gbps)
+    c = replace(c, gpu=c.gpu.with_(**changes.pop("gpu"))) if "gpu" in changes else c
     plan = run.plan.with_(**changes)
     check_plan(run.model, plan, run.gpus, run.global_batch)
     return c, plan, step(run.model, plan, c, run.global_batch)["tokens_per_second"] / run.gpus

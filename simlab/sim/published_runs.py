@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .gpus import H100_96GB_PEAKS
 from .hybrid import Plan
 from .model import PRESETS, Transformer
 
@@ -84,6 +85,11 @@ TITAN = dict(attention="flash", overlap="dp,params", precision="mixed-fp32-grads
 # torchtitan's own runs also compute the loss as plain PyTorch does, on fp32 logits (train.py loss_fn @ 9dec370):
 # added after the first predictions, when the model learnt `Plan.loss`
 TT = dict(TITAN, loss="fp32")
+# torchtitan's H100s run at a peak "between SXM and NVL" (its footnote 2): the preset takes the midpoint; the swing
+# prices both ends. Added after the first predictions, which took SXM's peak (an upper bound), as each run records
+TT_PEAKS = tuple({"gpu": fields} for fields in H100_96GB_PEAKS.values())
+TT_PEAK = ("the GPU's peak: the midpoint of SXM's and NVL's (torchtitan's footnote 2: 'between SXM and NVL'); "
+           "corrected after the first prediction, which took SXM's peak and came out {first}")
 # DeepSpeed's ZeRO-3 gathers 5e7 parameters at a time and reduces 5e8 (its defaults, stage3_prefetch_bucket_size
 # and reduce_bucket_size): added after the first predictions, when the model learnt `Plan.bucket`
 DS_AZURE = dict(attention="eager", overlap="dp,params", zero=3, recompute="full", bucket=(50_000_000, 500_000_000))
@@ -175,19 +181,20 @@ RUNS = (
         P(dp=8, microbatch=2, zero=3, recompute="op-sac", **TT), 16, 6667, "6,667 TPS/GPU", memory_gib=77.0,
         assumptions=("sequence 8192 (the toml's)", "the toml's selective_ac_option = 'op' as op-sac: the policy of "
                      "parallelize_llama.py @ 820504e read op by op (q, v, w1, w2 and the attention's output kept; "
-                     "k, o, w3 and the element-wise work recomputed)"),
-        swing="the recomputation: Korthikanti's selective (nothing recomputed under flash) or full",
-        alternatives=({"recompute": "selective"}, {"recompute": "full"})),
+                     "k, o, w3 and the element-wise work recomputed)", TT_PEAK.format(first="+22.3 %")),
+        swing="the recomputation: Korthikanti's selective (nothing recomputed under flash) or full; the GPU's peak "
+              "(SXM's, NVL's)", alternatives=({"recompute": "selective"}, {"recompute": "full"}) + TT_PEAKS),
     Run("torchtitan-8b-128", "torchtitan benchmarks @ 820504e, Table 3", "torchtitan FSDP2 + compile",
         M["llama3-8b"], "h100-96gb-hbm2e", 128, 3200,
         P(dp=128, microbatch=2, zero=3, recompute="op-sac", **TT), 256, 6514, "6,514 TPS/GPU",
-        memory_gib=62.0, assumptions=("as torchtitan-8b-8",), swing="as torchtitan-8b-8",
-        alternatives=({"recompute": "selective"}, {"recompute": "full"})),
+        memory_gib=62.0, assumptions=("as torchtitan-8b-8", TT_PEAK.format(first="+25.3 %")),
+        swing="as torchtitan-8b-8", alternatives=({"recompute": "selective"}, {"recompute": "full"}) + TT_PEAKS),
     Run("torchtitan-70b-256", "torchtitan benchmarks @ 820504e, Table 4 (2D, Float8, compile)",
         "torchtitan FSDP2 + TP", M["llama3-70b"], "h100-96gb-hbm2e", 256, 3200,
         P(tp=8, dp=32, microbatch=16, zero=3, sequence_parallel=True, recompute="full",
           **(TT | dict(precision="fp8"))), 512, 829, "829 TPS/GPU", memory_gib=71.9,
-        assumptions=("sequence 8192", "the local batch of 16 is one micro-batch")),
+        assumptions=("sequence 8192", "the local batch of 16 is one micro-batch", TT_PEAK.format(first="+8.6 %")),
+        swing="the GPU's peak (SXM's, NVL's)", alternatives=TT_PEAKS),
     Run("torchtitan-405b-512", "torchtitan benchmarks @ 820504e, Table 5 (3D, 1F1B, Float8, AsyncTP)",
         "torchtitan FSDP2 + TP + PP", L3, "h100-96gb-hbm2e", 512, 3200,
         P(tp=8, pp=8, dp=8, microbatch=4, zero=1, sequence_parallel=True, recompute="full",
@@ -195,9 +202,10 @@ RUNS = (
         assumptions=("the local batch of 32 in 8 micro-batches of 4: torchtitan's pipeline_parallel_microbatches "
                      "defaults to the PP degree (config_manager.py, pipeline_llama.py @ 9dec370), as the CP runs "
                      "below assume; corrected after the first prediction, which took micro-batch 1 (32 per "
-                     "pipeline) and came out +90 %", "sequence 8192", "an even split, 16 layers on the fullest stage"),
-        swing="whether FSDP reduce-scatters every micro-batch under PP (ZeRO-2's rhythm)",
-        alternatives=({"zero": 2},)),
+                     "pipeline) and came out +90 %", "sequence 8192", "an even split, 16 layers on the fullest stage",
+                     TT_PEAK.format(first="+29.2 %")),
+        swing="whether FSDP reduce-scatters every micro-batch under PP (ZeRO-2's rhythm); the GPU's peak (SXM's, "
+              "NVL's)", alternatives=({"zero": 2},) + TT_PEAKS),
     Run("dgxc-gpt3-175b-bf16", "NVIDIA/dgxc-benchmarking 25.01.1 nemo_megatron/README_175b.md (8.91 s/step)",
         "NeMo 24.09", M["gpt3-175b"], "h100-80gb", 128, 3200,
         P(tp=4, pp=8, dp=4, chunks=12, precision="mixed-fp32-grads", **NEMO), 256,
@@ -247,10 +255,11 @@ LONG_AND_MOE_RUNS = tuple(
         M["llama3-8b"].with_(seq=seq), "h100-96gb-hbm2e", 8, 3200, P(dp=8 // cp, cp=cp, zero=3, **TITAN_CP), 8 // cp,
         tps, f"{tps:,} TPS/GPU", memory_gib=gib, assumptions=TT_ASSUME + (
             "local batch 1 per FSDP rank, one micro-batch (global batch = FSDP degree)",
-            "FSDP shards over dp·cp and reshards after forward (no PP): ZeRO-3"),
-        swing="the K,V exchange (ring instead of all-gather)", alternatives=({"cp_comm": "ring"},) if cp > 1 else ())
-    for cp, seq, tps, gib in ((1, 32768, 3890, 83.9), (2, 65536, 2540, 84.2), (4, 131072, 1071, 84.0),
-                              (8, 262144, 548, 84.5))
+            "FSDP shards over dp·cp and reshards after forward (no PP): ZeRO-3", TT_PEAK.format(first=first)),
+        swing="the K,V exchange (ring instead of all-gather); the GPU's peak (SXM's, NVL's)",
+        alternatives=(({"cp_comm": "ring"},) if cp > 1 else ()) + TT_PEAKS)
+    for cp, seq, tps, gib, first in ((1, 32768, 3890, 83.9, "+27.6 %"), (2, 65536, 2540, 84.2, "+22.9 %"),
+                                     (4, 131072, 1071, 84.0, "+67.3 %"), (8, 262144, 548, 84.5, "+76.5 %"))
 ) + tuple(
     Run(f"torchtitan-405b-cp{cp}", TT_SRC + f"6 (TP 8, PP 8, FSDP {8 // cp}, CP {cp}, seq {seq})",
         "torchtitan FSDP2 + TP + PP + CP", L3.with_(seq=seq), "h100-96gb-hbm2e", 512, 3200,
@@ -258,10 +267,12 @@ LONG_AND_MOE_RUNS = tuple(
         8 * (8 // cp), tps, f"{tps} TPS/GPU", memory_gib=gib, assumptions=TT_ASSUME + (
             "local batch 8 in 8 micro-batches of 1 (torchtitan's default: as many micro-batches as stages)",
             "FSDP under PP does not reshard after forward: ZeRO-1's traffic and memory",
-            "an even split, 16 layers on the fullest stage", "AsyncTP: TP's forward collectives under its GEMMs"),
-        swing="micro-batch; the K,V exchange", alternatives=({"cp_comm": "ring"},) if cp > 1 else ())
-    for cp, seq, tps, gib in ((1, 32768, 76, 75.3), (2, 65536, 47, 75.9), (4, 131072, 31, 77.1),
-                              (8, 262144, 16, 84.9))
+            "an even split, 16 layers on the fullest stage", "AsyncTP: TP's forward collectives under its GEMMs",
+            TT_PEAK.format(first=first)),
+        swing="micro-batch; the K,V exchange; the GPU's peak (SXM's, NVL's)",
+        alternatives=(({"cp_comm": "ring"},) if cp > 1 else ()) + TT_PEAKS)
+    for cp, seq, tps, gib, first in ((1, 32768, 76, 75.3, "+27.6 %"), (2, 65536, 47, 75.9, "+53.2 %"),
+                                     (4, 131072, 31, 77.1, "+53.4 %"), (8, 262144, 16, 84.9, "+77.0 %"))
 ) + (
     Run("llama3-405b-128k", "Dubey et al. 2024 (arXiv 2407.21783) Table 4 (16,384 GPUs, TP 8, CP 16, PP 16, DP 8, "
         "seq 131,072, 380 TFLOPs/GPU)", "Meta (FSDP + TP + PP + CP)", L3.with_(seq=131072), "h100-80gb", 16384, 3200,

@@ -54,7 +54,7 @@ def test_how_close_the_model_comes():
     """What the README reports, held: most runs within 20 %; the Megatron-family runs (the model's own kind:
     fused kernels, its overlap) within 20 % each; the misses are the runs whose unknowns swing the most."""
     within = [abs(r["error"]) <= 0.20 for r in ROWS]
-    assert sum(within) / len(within) >= 0.70
+    assert sum(within) / len(within) >= 0.80  # issue 21's target
     megatron = [r for r in ROWS if any(w in r["framework"] for w in ("Megatron", "NeMo")) and "ZeRO-3" not in r["framework"]]
     assert len(megatron) >= 8 and all(abs(r["error"]) <= 0.20 for r in megatron)
     assert all(r["ours"] > 0 and math.isfinite(r["error"]) for r in ROWS)
@@ -113,3 +113,21 @@ def test_torchtitans_op_level_checkpointing_is_modelled_where_the_benchmark_stat
     for key in ("torchtitan-8b-8", "torchtitan-8b-128"):
         assert BY_KEY[key].alternatives[0] == {"recompute": "selective"}
         assert by[key]["error"] < by[key]["swing"][0]  # slower than 'selective', so less over-predicted
+
+
+def test_torchtitans_h100s_run_at_the_midpoint_of_sxm_and_nvl_and_the_swing_prices_both_ends():
+    """torchtitan's footnote 2: its HBM2e H100s at 500 W peak "between SXM and NVL, and we don't know its exact
+    value". The preset takes the midpoint of the two datasheets (BF16 and FP8, FlashAttention's chart scaled with
+    the clock); every torchtitan run swings to SXM's end (faster) and NVL's (slower), the central value between."""
+    from simlab.sim.gpus import FLASH_H100, GPUS, H100_96GB_PEAKS
+    gpu, sxm, nvl = GPUS["h100-96gb-hbm2e"], H100_96GB_PEAKS["sxm"], H100_96GB_PEAKS["nvl"]
+    assert gpu.peak_flops == (sxm["peak_flops"] + nvl["peak_flops"]) / 2 == 912e12
+    assert gpu.peak_flops_fp8 == (sxm["peak_flops_fp8"] + nvl["peak_flops_fp8"]) / 2 == 1825e12
+    assert gpu.flash[128][-1] == pytest.approx(FLASH_H100[128][-1] * 912 / 989)
+    assert nvl["flash"][64][0] == pytest.approx(FLASH_H100[64][0] * 835 / 989) and sxm["flash"] is FLASH_H100
+    titan = [(r, row) for r, row in zip(RUNS + LONG_AND_MOE_RUNS, ROWS + LESSON_7) if r.gpu == "h100-96gb-hbm2e"]
+    assert len(titan) == 12
+    for run, row in titan:
+        assert run.alternatives[-2:] == tuple({"gpu": fields} for fields in (sxm, nvl))
+        assert row["swing"][-2] > row["error"] > row["swing"][-1], run.key
+        assert any("between SXM and NVL" in a and "first prediction" in a for a in run.assumptions), run.key
