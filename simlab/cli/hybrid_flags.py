@@ -83,7 +83,8 @@ def add_plan_flags(p, plan_defaults: bool) -> None:
     p.add_argument("--stage-layers", default=None, help="layers per pipeline stage, e.g. 7,8,8,7 (default even)")
     p.add_argument("--attention", choices=ATTENTION, default="flash", help="attention kernel (default flash)")
     p.add_argument("--loss", choices=LOSSES, default="fused", help="the loss over the vocabulary: fused (Megatron's, "
-                   "4 bytes per logit) or fp32 (plain PyTorch's cross-entropy, torchtitan's: 12) (default fused)")
+                   "4 bytes per logit), fp32 (plain PyTorch's cross-entropy: 12) or chunked (that loss on an eighth of "
+                   "the sequence at a time, torchtitan 0.3's: 1.5) (default fused)")
     p.add_argument("--overlap", default="dp,params",
                    help="what the framework hides behind compute: none, or any of dp,params,tp (default dp,params)")
     p.add_argument("--bucket", default=None, help="parameters per DP/ZeRO gather and reduction, e.g. 5e7,5e8 "

@@ -18,14 +18,14 @@ from ..sim.advisor import search
 from ..sim.hybrid import Plan
 
 OVERLAP_SETTINGS = ("dp,params", "dp", "params", "none")  # what a framework may hide behind compute
-TARGET_LOSS = {"torchtitan": "fp32"}  # how a framework computes the loss (`hybrid.LOSSES`), where it is not fused
+TARGET_LOSS = {"torchtitan": "chunked"}  # how a framework computes the loss (`hybrid.LOSSES`), where it is not fused
 
 
 def best_expressible(target: str, model, cluster, global_batch: int, precision: str = "mixed",
                      attention: str = "flash", bucket: tuple = (), scan: int = 400, cp_comm: str = "ring",
                      capacity: float = 0.0, loss: str | None = None, **fixed) -> dict:
     """The fastest fitting plan `target` accepts, among the `scan` fastest of each overlap setting. `loss`: the
-    target's own unless given (torchtitan's plain fp32 cross-entropy, `TARGET_LOSS`; a fused loss elsewhere).
+    target's own unless given (torchtitan's chunked fp32 cross-entropy, `TARGET_LOSS`; a fused loss elsewhere).
 
     Returns "best" (the advisor's row for it, or None), "plan" (its `Plan`), "text" (the framework's file for
     it), "overall" (the advisor's best

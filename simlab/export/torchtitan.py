@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 
 from ..i18n import _
-from ..sim.hybrid import microbatches
+from ..sim.hybrid import LOSS_CHUNKS, microbatches
 from . import context_and_experts
 from .common import Setting, comment, refuse, stage_counts, start
 from .torchtitan_flavor import check_llama3, custom_flavor, flavor, hf_assets
@@ -65,17 +65,6 @@ def module_name(model) -> str:
     return "simlab_" + (re.sub(r"\W+", "_", model.name.lower()).strip("_") or "model")
 
 
-def _check_loss(model, cluster, plan, global_batch: int) -> None:
-    """torchtitan's loss is plain PyTorch's cross_entropy on fp32 logits (`hybrid.LOSSES`): a plan made with a fused
-    loss is refused where, with torchtitan's, it would not fit."""
-    from ..sim.advisor import fits
-    from ..sim.hybrid_memory import per_gpu
-    if plan.loss != "fp32" and not fits(per_gpu(model, plan.with_(loss="fp32"), global_batch), cluster):
-        refuse(f"loss={plan.loss!r}", "torchtitan computes the loss as plain PyTorch does, cross_entropy on fp32 "
-               "logits (12 bytes per logit at its peak, not a fused loss's 4), and with it this plan does not fit: "
-               "plan with loss='fp32'")
-
-
 def _refusals(model, cluster, plan) -> None:
     check_llama3(model)
     kv = model.kv_heads or model.heads
@@ -91,6 +80,11 @@ def _refusals(model, cluster, plan) -> None:
              f"without pipeline parallelism (pp={plan.pp})"),
             (plan.pp == 1 and plan.chunks > 1, f"chunks={plan.chunks}", "torchtitan pipelines only with pp > 1: "
              "use chunks=1"),
+            # the file's loss is torchtitan's ChunkedLossWrapper (`hybrid.LOSSES`: "chunked"), which cuts each rank's
+            # sequence into LOSS_CHUNKS equal slices; any plan's loss holds at least what it holds, so none is refused
+            ((model.seq // plan.cp) % LOSS_CHUNKS, f"seq={model.seq}", "torchtitan's ChunkedLossWrapper cuts each "
+             f"rank's sequence (seq/cp = {model.seq // plan.cp}) into {LOSS_CHUNKS} equal chunks: it must divide by "
+             f"{LOSS_CHUNKS}"),
             (plan.precision == "fp8" and not cluster.gpu.peak_flops_fp8, "precision='fp8'", "torchtitan's float8 "
              f"training (torchao) needs FP8 tensor cores (SM89 or newer); the {cluster.gpu.name} has none: use "
              "precision='mixed'")):
@@ -222,7 +216,6 @@ def settings(model, cluster, global_batch: int, plan) -> list[Setting]:
     start(model, cluster, global_batch, plan)
     out = (_launch(cluster, module_name(model)) + _model(model, plan, global_batch) + _data_parallel(plan)
            + _model_parallel(model, plan) + context_and_experts.torchtitan(model, plan) + _compute(plan))
-    _check_loss(model, cluster, plan, global_batch)  # last: what torchtitan cannot say is refused first
     return out
 
 

@@ -290,18 +290,25 @@ REFUSED = [  # (model, cluster, batch, plan, the start of the one line)
      "chunks=3: virtual stage 8 would hold no layer"),
     (PRESETS["llama3-8b"], A100, 16, Plan(tp=8, precision="fp8"), "precision='fp8': torchtitan's float8"),
     (PRESETS["llama3-8b"], A100, 16, Plan(tp=4), "tp=4: tp*pp*dp = 4 must use all gpus=8"),  # check_plan's own
-    # torchtitan-8b-8's plan fits an 80 GB H100 with a fused loss, not with torchtitan's own fp32 one
-    (PRESETS["llama3-8b"], cluster("h100-80gb", gpus=8), 16, Plan(dp=8, microbatch=2, zero=3, recompute="op-sac",
-                                                                    precision="mixed-fp32-grads"),
-     "loss='fused': torchtitan computes the loss as plain PyTorch does"),
+    # the file's ChunkedLossWrapper cuts each rank's sequence (seq/cp) into 8 equal chunks
+    (PRESETS["llama3-8b"].with_(seq=4100), A100, 16, Plan(dp=8), "seq=4100: torchtitan's ChunkedLossWrapper"),
+    (PRESETS["llama3-8b"].with_(seq=8200), A100, 16, Plan(dp=4, cp=2), "seq=8200: torchtitan's ChunkedLossWrapper"),
     (PRESETS["llama3-8b"], A100, 16, Plan(dp=8, precision="bf16-optimizer"), "precision='bf16-optimizer': bf16 master"),
 ]
 
 
-def test_a_fused_loss_plan_that_still_fits_with_torchtitans_loss_is_exported():
-    model, c = PRESETS["llama3-8b"], cluster("h100-96gb-hbm2e", gpus=8)
-    plan = Plan(dp=8, microbatch=2, zero=3, recompute="op-sac")
-    assert emit(model, c, 16, plan) == emit(model, c, 16, plan.with_(loss="fp32"))
+def test_torchtitans_chunked_loss_lets_a_plan_fit_that_plain_pytorchs_loss_would_not():
+    """torchtitan 0.3's ChunkedLossWrapper (the file's loss) holds the fp32 loss's 12 bytes per logit for an eighth
+    of the sequence at a time: torchtitan-8b-8's plan on 80 GB H100s fits with it (and with a fused loss), not with
+    the 2024 benchmark's plain fp32 loss; the file is the same whatever loss the plan was made with."""
+    from simlab.sim.advisor import fits
+    from simlab.sim.hybrid_memory import per_gpu
+    model, c = PRESETS["llama3-8b"], cluster("h100-80gb", gpus=8)
+    plan = Plan(dp=8, microbatch=2, zero=3, recompute="op-sac", precision="mixed-fp32-grads")
+    fit = {loss: bool(fits(per_gpu(model, plan.with_(loss=loss), 16), c)) for loss in ("fused", "fp32", "chunked")}
+    assert fit == {"fused": True, "fp32": False, "chunked": True}
+    assert emit(model, c, 16, plan) == emit(model, c, 16, plan.with_(loss="fp32")) == emit(
+        model, c, 16, plan.with_(loss="chunked"))
 
 
 @pytest.mark.parametrize("model, c, batch, plan, message", REFUSED, ids=[r[4].split(":")[0] for r in REFUSED])

@@ -243,3 +243,6 @@ def test_plain_pytorchs_fp32_loss_moves_its_bytes_at_hbm_speed():
     m = 4  # the step pays it once per micro-batch
     steps = [step(model, plan.with_(loss=loss), c, 2 * m)["step_seconds"] for loss in ("fused", "fp32")]
     assert steps[1] - steps[0] == pytest.approx(m * float(fp32 - fused))
+    # chunked (torchtitan 0.3's ChunkedLossWrapper): the same kernels on an eighth of the sequence at a time
+    chunked = output_seconds(model, knobs(plan.with_(loss="chunked"), model), c, "mixed")["logits"]
+    assert float(chunked) == pytest.approx(float(fp32))
