@@ -51,7 +51,7 @@ def runs_table(rows: list[dict], title: str = RUNS_TITLE) -> list[str]:
     """The published runs: tokens/s per GPU published and ours, the error, the range the unknown knobs span,
     memory where published, and the summary the targets are read from."""
     out = [title, "",
-           "| run | GPUs | framework | published | ours | error | swing | memory GiB, published / ours | fits |",
+           "| run | GPUs | framework | published | ours | error | swing | memory GiB, published / ours (as the source counts it) | fits |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         swing = ", ".join(f"{x:+.0%}" for x in r["swing"]) or "—"

@@ -63,11 +63,12 @@ def config(k: Knobs, i: int, model: Transformer) -> dict:
             "shard": int(k.shard[i]) if k.shard[i] < k.dp[i] else 0,
             "stage_layers": stage_layers(model, int(k.pp[i]), int(k.first[i]), int(k.last[i])),
             "bucket": [int(k.bucket_gather[i]), int(k.bucket_reduce[i])] if k.bucket_gather[i] else [],
-            **_lesson7(k, i)}
+            **_settings_of(k, i)}
 
 
-def _lesson7(k: Knobs, i: int) -> dict:
-    """Plan i's context- and expert-parallel knobs (a Knobs may carry them as one number for every plan)."""
+def _settings_of(k: Knobs, i: int) -> dict:
+    """Plan i's context- and expert-parallel knobs and its loss (a Knobs may carry them as one number for every
+    plan)."""
     at = {name: np.broadcast_to(getattr(k, name), np.shape(k.tp))[i]
           for name in ("cp", "ep", "capacity", "cp_comm", "loss")}
     return {"cp": int(at["cp"]), "cp_comm": CP_COMMS[int(at["cp_comm"])], "ep": int(at["ep"]),
@@ -153,14 +154,14 @@ _EVALUATED: collections.OrderedDict = collections.OrderedDict()  # the last few 
 
 
 def _evaluated(model: Transformer, c: Cluster, global_batch: int, fixed: tuple, attention: str, overlap: str,
-               bucket: tuple, precision: str, lesson7: tuple = ("ring", 0.0, "fused")):
+               bucket: tuple, precision: str, settings: tuple = ("ring", 0.0, "fused")):
     """Every candidate plan and its memory, time and fit, for arguments already checked: `search`, `by_family` and
     `fastest_of` on the same question (an explorer asks all of them at once) evaluate the plans once. Keyed by the
     model's and cluster's repr (a GPU holds a dict, so it does not hash); the arrays are shared, so they are made
-    read-only. `lesson7`: (cp_comm, capacity, loss), the settings of context and expert parallelism and the loss's."""
-    key = (repr(model), repr(c), global_batch, fixed, attention, overlap, bucket, precision, lesson7)
+    read-only. `settings`: (cp_comm, capacity, loss), as `_settings` returns them."""
+    key = (repr(model), repr(c), global_batch, fixed, attention, overlap, bucket, precision, settings)
     if key not in _EVALUATED:
-        k = candidates(model, c, global_batch, dict(fixed), attention, overlap, bucket, *lesson7)
+        k = candidates(model, c, global_batch, dict(fixed), attention, overlap, bucket, *settings)
         for a in k:
             a.flags.writeable = False  # before `evaluate`: its family codes are kept for these arrays
         mem, time, fits = evaluate(model, c, global_batch, k, precision)
@@ -182,13 +183,13 @@ def search(model: Transformer, c: Cluster, global_batch: int, precision: str = "
     `capacity` (a mixture of experts' capacity factor, 0 dropless) and `loss` (`hybrid.LOSSES`): the framework's
     settings."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
-    lesson7 = _settings(precision, attention, overlap, bucket, cp_comm, capacity, model, loss)
+    settings = _settings(precision, attention, overlap, bucket, cp_comm, capacity, model, loss)
     for name, value in fixed.items():
         check_choice("constraint", name, FIXABLE)
         _check_fixed(name, value)
     check_precision(c.gpu, precision)
     k, mem, time, fits = _evaluated(model, c, global_batch, tuple(sorted(fixed.items())), attention, overlap,
-                                    tuple(bucket), precision, lesson7)
+                                    tuple(bucket), precision, settings)
     if len(k.tp) == 0:
         raise ValueError(f"global_batch={global_batch}: no layout of gpus={c.gpus} divides the batch, heads and "
                          f"layers evenly under the constraints {fixed or 'given'}")
@@ -218,9 +219,9 @@ def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str 
     order of `families` (default: every family the search finds): the winner beside the strategies that lose,
     for `render.hybrid_plans.draw_plan_memory` / `draw_time_breakdown`."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
-    lesson7 = _settings(precision, attention, overlap, bucket, cp_comm, capacity, model, loss)
+    settings = _settings(precision, attention, overlap, bucket, cp_comm, capacity, model, loss)
     check_precision(c.gpu, precision)
-    k, mem, time, fits = _evaluated(model, c, global_batch, (), attention, overlap, tuple(bucket), precision, lesson7)
+    k, mem, time, fits = _evaluated(model, c, global_batch, (), attention, overlap, tuple(bucket), precision, settings)
     names = family_names(k).astype(str)
     out = {}
     for name in families if families is not None else dict.fromkeys(names):
@@ -238,13 +239,13 @@ def fastest_of(model: Transformer, c: Cluster, global_batch: int, groups: dict, 
     or None}; each plan `describe`d, with its "family" and its "ratio" of step time to the best's. What a sweep
     of the network, or a change of link, asks of the advisor at one search's cost."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
-    lesson7 = _settings(precision, "flash", "dp,params", (), cp_comm, capacity, model)
+    settings = _settings(precision, "flash", "dp,params", (), cp_comm, capacity, model)
     for name, value in fixed.items():
         check_choice("constraint", name, FIXABLE)
         _check_fixed(name, value)
     check_precision(c.gpu, precision)
     k, mem, time, fits = _evaluated(model, c, global_batch, tuple(sorted(fixed.items())), "flash", "dp,params", (),
-                                    precision, lesson7)
+                                    precision, settings)
     order = _ranked(k, mem, time, fits)
     if not order:
         return {"best": None, **dict.fromkeys(groups)}
@@ -268,9 +269,9 @@ def versus(model: Transformer, c: Cluster, global_batch: int, pick, precision: s
     "without": for the rest} — each the fastest that fits, else the least hungry (fits False), else None where the
     side is empty; each `describe`d with its "family". What `advisor_sweep` asks at each point of a sweep."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
-    lesson7 = _settings(precision, "flash", "dp,params", (), cp_comm, capacity, model)
+    settings = _settings(precision, "flash", "dp,params", (), cp_comm, capacity, model)
     check_precision(c.gpu, precision)
-    k, mem, time, fits = _evaluated(model, c, global_batch, (), "flash", "dp,params", (), precision, lesson7)
+    k, mem, time, fits = _evaluated(model, c, global_batch, (), "flash", "dp,params", (), precision, settings)
     order = _ranked(k, mem, time, fits)
     rank = np.full(len(k.tp), len(k.tp))
     rank[order] = np.arange(len(order))  # ties broken as the search breaks them
