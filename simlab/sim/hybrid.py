@@ -43,7 +43,7 @@ OVERLAPS = ("dp", "params", "tp")  # what a framework may hide behind compute (`
 # the loss over the vocabulary: fused (Megatron's vocab-parallel cross-entropy: the fp32 logits' softmax computed and
 # its gradient made in place, 4 bytes per logit) or fp32 (plain PyTorch, as torchtitan's train.py @ 9dec370:
 # cross_entropy(pred.float(), labels) keeps log_softmax's fp32 output, and its backward makes two more fp32 tensors
-# of that size beside it: 12 bytes per logit at the peak, `hybrid_memory.LOSS_BYTES`) or chunked (torchtitan ≥ 0.3's
+# of that size beside it: 12 bytes per logit at the peak, `hybrid_loss`) or chunked (torchtitan ≥ 0.3's
 # ChunkedLossWrapper: the output layer and that fp32 loss run on LOSS_CHUNKS slices of the sequence in turn, each
 # backward before the next slice's forward, so only one slice's logits exist at a time)
 LOSSES = ("fused", "fp32", "chunked")

@@ -37,17 +37,13 @@ from .expert_parallel_costs import all_to_all, layer_a2a
 from .expert_parallel_costs import gemms as moe_gemms
 from .gpus import flash_seconds, gemm_seconds
 from .hybrid import ACTIVATION_BYTES, ATTENTION, CP_COMMS, rank_tokens
+from .hybrid_loss import moved_per_logit
 from .hybrid_memory import Knobs, cp_traffic, layer_activation_bytes
 from .hybrid_op_sac import recomputed_mms
 from .model import Transformer
 from .network import all_gather, all_reduce, reduce_scatter, send
 
 K_ELEMENTWISE = 2.39  # HBM bytes moved per activation byte kept: fitted (with gpus.IN_TRAINING) to Table 4
-# HBM bytes per logit the loss moves, forward + backward (`hybrid.LOSSES`): fused, its 4 fp32 bytes kept times
-# K_ELEMENTWISE; fp32 (plain PyTorch), counted kernel by kernel — the cast to fp32 (read 2, write 4), log_softmax
-# (three reads, one write: 16), nll_loss's zeroed gradient (4), log_softmax's backward (three reads, one write: 16)
-# and the cast back (read 4, write 2); chunked, the same kernels on one slice of the sequence at a time
-LOSS_HBM_BYTES = (4 * K_ELEMENTWISE, 6 + 16 + 4 + 16 + 6, 6 + 16 + 4 + 16 + 6)
 # Fixed costs, in operations (torch's aten calls) of `GPU.op_overhead` seconds each: nothing on a GPU's big
 # layers (the datasheet presets have op_overhead = 0), most of the step for lesson 6's tiny model on a CPU.
 # Counted on the course's own GPT (`simlab.exec.models`) by tests/exec/test_hybrid_ops.py.
@@ -165,7 +161,7 @@ def output_seconds(model: Transformer, k: Knobs, c, precision: str) -> dict:
     output and the loss's three of (b, s) fp32 values (max, sum of exponentials, target logit)."""
     gpu, a_b, tokens = c.gpu, ACTIVATION_BYTES[precision], rank_tokens(model, k)
     fwd, dgrad, wgrad = _gemm_times(gpu, [(tokens, model.vocab / k.tp, model.hidden)], precision == "fp8")
-    loss = tokens * model.vocab / k.tp * np.choose(np.asarray(k.loss, dtype=int), LOSS_HBM_BYTES) / gpu.hbm_bandwidth
+    loss = tokens * model.vocab / k.tp * moved_per_logit(k, K_ELEMENTWISE) / gpu.hbm_bandwidth  # `hybrid_loss`
     edges = all_reduce(c, 1, k.tp, tokens * model.hidden * a_b) + 3 * all_reduce(c, 1, k.tp, tokens * 4)
     return {"logits": fwd + dgrad + wgrad + loss + sum(OPS_OUTSIDE.values()) * gpu.op_overhead,
             "edges": np.where(k.tp > 1, edges, 0)}

@@ -20,10 +20,8 @@ Teaches (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Tr
 - stage r of p holds, under 1F1B, min(p − r, m) micro-batches of its layers' activations (all m under GPipe);
   interleaved over v chunks, (2(p − r − 1) + (v − 1)p + 1)/v of them — Korthikanti's L(1 + (p−1)/(pv)) on the
   first stage. The first stage also holds the embedding, the last the output layer and its micro-batch's loss:
-  4 bytes per logit with a fused loss (Megatron's), 12 with plain PyTorch's fp32 cross-entropy (torchtitan's:
-  log_softmax's output and, in its backward, two gradients of that size; torchtitan ≥ 0.3 runs that loss on an eighth
-  of the sequence at a time: `LOSS_BYTES`). The most loaded of the
-  first, second and last stage is the GPU that must fit.
+  4 bytes per logit with a fused loss (Megatron's), 12 with plain PyTorch's fp32 cross-entropy (16 under TP),
+  1.5 chunked (`hybrid_loss`). The most loaded of the first, second and last stage is the GPU that must fit.
 - lesson 7: context parallelism keeps s/cp of every activation on a rank (the sequence is split; it needs a fused
   attention kernel, so no s² scores) and, for the layer at work, the K,V buffers of its `cp_comm` (`cp_traffic`);
   ZeRO shards the dense states over dp·cp (Megatron's data-parallel-with-context group). A mixture of experts holds
@@ -55,7 +53,6 @@ from .hybrid import (
     ACTIVATION_BYTES,
     ATTENTION,
     CP_COMMS,
-    LOSS_CHUNKS,
     LOSSES,
     RECOMPUTE,
     SCHEDULES,
@@ -64,6 +61,7 @@ from .hybrid import (
     rank_tokens,
     stage_split,
 )
+from .hybrid_loss import held_per_logit
 from .hybrid_op_sac import kept_bytes as op_sac_kept
 from .memory import CPU_GRAD_BYTES, HOST_ADAM_BYTES
 from .model import Transformer
@@ -71,9 +69,6 @@ from .model import Transformer
 HOST_BYTES = HOST_ADAM_BYTES + CPU_GRAD_BYTES  # per parameter on the host under Offload (lesson 3's)
 FIRST, MIDDLE, LAST = 0, 1, 2  # the stages that can be the most loaded: 0, 1 and p − 1
 ZERO3_UNIT = 1e9  # parameters ZeRO-3 gathers at once at most (DeepSpeed: stage3_max_live_parameters)
-# per logit of a micro-batch at the loss's peak, fused, fp32 and chunked (`hybrid.LOSSES`; the docstring's last
-# stage): chunked holds fp32's 12 bytes for one slice of LOSS_CHUNKS at a time
-LOSS_BYTES = (4, 12, 12 / LOSS_CHUNKS)
 
 
 class Knobs(NamedTuple):
@@ -272,7 +267,7 @@ def activations(model: Transformer, k: Knobs, m, precision: str, stage: int) -> 
     sbh_t = _sbh(model, k) / k.tp
     embedding = sbh_t * in_flight(k, m, FIRST) * scale
     # bytes: the final norm's fp32 input, the loss's per logit (split over t: vocab-parallel loss, loss_parallel)
-    logits = sbh_t * (4 + np.choose(np.asarray(k.loss, dtype=int), LOSS_BYTES) * model.vocab / model.hidden)
+    logits = sbh_t * (4 + held_per_logit(k) * model.vocab / model.hidden)
     emb = {FIRST: embedding, MIDDLE: 0, LAST: np.where(k.pp == 1, embedding, 0)}[stage]
     out = {FIRST: np.where(k.pp == 1, logits, 0), MIDDLE: 0, LAST: logits}[stage]
     extra = emb + out if stage == FIRST else out + emb

@@ -46,11 +46,8 @@ class Run:
     global_batch: int  # sequences
     published: float  # tokens per second per GPU (converted from `printed` where needed)
     printed: str  # the figure as the source prints it
-    memory_gib: float | None = None  # the published peak memory per GPU
-    # what that peak counts: "reserved", the caching allocator's reserved bytes (torchtitan's metrics.py @ 9dec370
-    # logs reserved_bytes.all.peak), which the model reaches through its fragmentation allowance
-    # (`gpus.FRAGMENTATION`: tensors / 0.95), or "tensors", the bytes tensors hold, which it predicts directly
-    memory_counts: str = "reserved"
+    memory_gib: float | None = None  # the published peak memory per GPU, which counts (`published._as_published`):
+    memory_counts: str = "reserved"  # the allocator's reserved bytes (torchtitan's metrics.py @ 9dec370), or "tensors"
     assumptions: tuple = ()
     swing: str = ""  # the unknown knobs that could move the prediction, and how
     # the swing, priced: other values of the unknown knobs (Plan fields, or inter_node_gbps), each evaluated

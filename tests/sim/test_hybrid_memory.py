@@ -179,22 +179,24 @@ def test_activations_stay_linear_in_the_micro_batch_up_to_the_largest_batch():
     assert huge > 0 and abs(huge / one / 2 ** 40 - 1) < 0.05  # the logits' share is per micro-batch too
 
 
-def test_plain_pytorchs_fp32_loss_holds_eight_bytes_more_per_logit_on_the_last_stage_only():
+def test_plain_pytorchs_fp32_loss_holds_more_per_logit_on_the_last_stage_only():
     """torchtitan's loss, cross_entropy(logits.float()), holds log_softmax's fp32 output and, in its backward, the
-    incoming and outgoing fp32 gradients: 12 bytes per logit where a fused loss holds 4. By hand: llama3-8b, b = 2,
-    s = 8192, t = 2 (the loss over a vocabulary split over t): 8 · 16384 · 128256 / 2 bytes more, on the GPU holding
-    the output layer (the last stage) and nowhere else."""
+    incoming and outgoing fp32 gradients: 12 bytes per logit where a fused loss holds 4; with the vocabulary split
+    over t it runs as torch's loss_parallel, 16. By hand: llama3-8b, b = 2, s = 8192, t = 1 and 2: 8 (12) bytes more
+    per logit, 16384 · 128256 / t logits, on the GPU holding the output layer (the last stage) and nowhere else."""
     from simlab.sim.hybrid_memory import FIRST, LAST, MIDDLE, activations
-    model, by_hand = PRESETS["llama3-8b"], 8 * 2 * 8192 * 128256 / 2
-    for pp in (1, 4):
-        plan = Plan(tp=2, pp=pp, dp=8 // pp, microbatch=2)
+    model = PRESETS["llama3-8b"]
+    for tp, pp in ((1, 1), (2, 1), (2, 4)):
+        by_hand = (8 if tp == 1 else 12) * 2 * 8192 * 128256 / tp
+        plan = Plan(tp=tp, pp=pp, dp=8 // pp // tp, microbatch=2)
         m = 16 // plan.dp // 2
         more = {s: float(activations(model, knobs(plan.with_(loss="fp32"), model), m, "mixed", s)["activations"]
                          - activations(model, knobs(plan, model), m, "mixed", s)["activations"])
                 for s in (FIRST, MIDDLE, LAST)}
         assert more == ({FIRST: by_hand, MIDDLE: 0, LAST: by_hand} if pp == 1 else {FIRST: 0, MIDDLE: 0, LAST: by_hand})
-    assert (per_gpu(model, Plan(tp=2, dp=4, microbatch=2, loss="fp32"), 16)["total"]
-            - per_gpu(model, Plan(tp=2, dp=4, microbatch=2), 16)["total"]) == by_hand
+        if pp == 1:  # one stage: the GPU that must fit holds all of it
+            assert (per_gpu(model, plan.with_(loss="fp32"), 16)["total"] - per_gpu(model, plan, 16)["total"]
+                    == pytest.approx(by_hand))
 
 
 def test_torchtitans_chunked_loss_holds_the_fp32_loss_for_an_eighth_of_the_sequence():
@@ -205,7 +207,7 @@ def test_torchtitans_chunked_loss_holds_the_fp32_loss_for_an_eighth_of_the_seque
     logits = 2 * 8192 * 128256 / 2
     plan = Plan(tp=2, dp=4, microbatch=2)
     total = {loss: per_gpu(model, plan.with_(loss=loss), 16)["total"] for loss in ("fused", "fp32", "chunked")}
-    assert total["fp32"] - total["chunked"] == pytest.approx(logits * (12 - 12 / 8))
+    assert total["fp32"] - total["chunked"] == pytest.approx(logits * (16 - 12 / 8))  # fp32 under TP: loss_parallel
     assert total["fused"] - total["chunked"] == pytest.approx(logits * (4 - 1.5))
 
 

@@ -223,14 +223,13 @@ def gemm_row(check, dev, gpu, size: str) -> dict:
 
 def loss_row(check, dev, tokens: int, vocab: int, hidden: int, gpu, size: str) -> dict:
     """The fp32 loss alone, as the step runs it: logits = hidden · Wᵀ in bf16, then cross_entropy(logits.float()).
-    Bytes: the peak above the inputs, per logit, against `hybrid_memory.LOSS_BYTES` (log_softmax's fp32 output and,
+    Bytes: the peak above the inputs, per logit, against `hybrid_loss.LOSS_BYTES` (log_softmax's fp32 output and,
     in its backward, two fp32 gradients of that size). Time: forward + backward of the loss on a bf16 logits leaf,
-    against `hybrid_layer.LOSS_HBM_BYTES` per logit at the GPU's HBM speed (the matmul is the time model's GEMM)."""
+    against `hybrid_loss.FP32_HBM_BYTES` per logit at the GPU's HBM speed (the matmul is the time model's GEMM)."""
     from torch.nn import functional as F
 
     from simlab.sim.hybrid import LOSSES
-    from simlab.sim.hybrid_layer import LOSS_HBM_BYTES
-    from simlab.sim.hybrid_memory import LOSS_BYTES
+    from simlab.sim.hybrid_loss import FP32_HBM_BYTES, LOSS_BYTES
     cuda, which = dev.type == "cuda", LOSSES.index(STEP_LOSS)
     dtype = torch.bfloat16 if cuda else torch.float32
     gen = torch.Generator().manual_seed(1)
@@ -257,11 +256,11 @@ def loss_row(check, dev, tokens: int, vocab: int, hidden: int, gpu, size: str) -
             took = time.perf_counter() - t0
         seconds += [took] if i >= WARMUP[size] else []
     measured = statistics.median(seconds)
-    modelled = LOSS_HBM_BYTES[which] * tokens * vocab / gpu.hbm_bandwidth
+    modelled = FP32_HBM_BYTES * tokens * vocab / gpu.hbm_bandwidth
     how = f"{tokens} tokens × {vocab} logits in {str(dtype)[6:]} → cross_entropy(logits.float())"
     return row(check[0], how, ("bytes n/a on cpu; " if per_logit is None else f"peak {per_logit:.2f} B/logit; ")
                + f"{measured * 1e3:.2f} ms (median of {len(seconds)})",
-               f"{LOSS_BYTES[which]} B/logit; {modelled * 1e3:.2f} ms ({LOSS_HBM_BYTES[which]} B/logit at "
+               f"{LOSS_BYTES[which]} B/logit; {modelled * 1e3:.2f} ms ({FP32_HBM_BYTES} B/logit at "
                f"{gpu.hbm_bandwidth / 1e9:,.0f} GB/s)",
                ("" if per_logit is None else f"bytes measured/model {per_logit / LOSS_BYTES[which]:.2f}×; ")
                + f"time measured/model {measured / modelled:.2f}×", INFO)
