@@ -40,6 +40,7 @@ from .hybrid import (
     Plan,
     check_bucket,
     check_experts,
+    check_loss,
     check_overlap,
     check_plan,
 )
@@ -140,6 +141,8 @@ def _settings(precision: str, attention: str, overlap: str, bucket=(), cp_comm: 
     if capacity and model is not None:
         check_experts(model, Plan(capacity=capacity))  # a dense model routes nothing to a capacity
     check_choice("loss", loss, LOSSES)
+    if model is not None:
+        check_loss(model, Plan(loss=loss))  # chunked: the sequence in LOSS_CHUNKS (each cp divides it further)
     return cp_comm, float(capacity), loss
 
 

@@ -178,6 +178,13 @@ def check_op_sac(model: Transformer, attention: str) -> None:
         raise ValueError("recompute='op-sac': modelled for dense layers (torchtitan's Llama), not a mixture of experts")
 
 
+def check_loss(model: Transformer, plan: Plan) -> None:
+    """The chunked loss (torchtitan's ChunkedLossWrapper) cuts each rank's sequence into LOSS_CHUNKS equal slices."""
+    if plan.loss == "chunked" and (model.seq % plan.cp or (model.seq // plan.cp) % LOSS_CHUNKS):
+        raise ValueError(f"loss='chunked': each rank's sequence (seq/cp = {model.seq}/{plan.cp}) is cut into "
+                         f"{LOSS_CHUNKS} equal chunks, so it must divide by {LOSS_CHUNKS}")
+
+
 def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> None:
     """One-line ValueErrors naming what cannot work (before any model is evaluated)."""
     for name in ("tp", "pp", "dp", "microbatch", "chunks", "cp", "ep"):
@@ -207,6 +214,7 @@ def check_plan(model: Transformer, plan: Plan, gpus: int, global_batch: int) -> 
                          f"{plan.dp} × {plan.microbatch}")
     check_context(model, plan)
     check_experts(model, plan)
+    check_loss(model, plan)
     if plan.shard:
         check_divisible("dp", plan.dp, "shard", plan.shard)
         if plan.zero == 0:

@@ -219,3 +219,22 @@ def test_bf16_optimizer_states_are_two_bytes_each_and_shard_as_zero_says():
     mem = per_gpu(model, plan, 4)
     assert (mem["params"], mem["grads"], mem["optimizer"]) == (2 * model.params, 2 * model.params,
                                                                6 * -(-model.params // 4))
+
+
+def test_the_chunked_loss_needs_each_ranks_sequence_in_eight_equal_chunks():
+    """torchtitan's ChunkedLossWrapper splits each rank's sequence (seq/cp) into 8: a plan, a search and the CP sizes
+    the search tries all keep to it, refused in one line where nothing can."""
+    from simlab.sim.advisor import search
+    from simlab.sim.advisor_space import context_sizes
+    from simlab.sim.hardware import cluster
+    from simlab.sim.hybrid import check_plan
+    model = PRESETS["llama3-8b"]
+    with pytest.raises(ValueError, match=r"^loss='chunked': each rank's sequence \(seq/cp = 8196/1\)"):
+        check_plan(model.with_(seq=8196), Plan(dp=8, loss="chunked"), 8, 16)
+    with pytest.raises(ValueError, match=r"^loss='chunked': each rank's sequence \(seq/cp = 48/4\)"):
+        check_plan(model.with_(seq=48), Plan(dp=2, cp=4, loss="chunked"), 8, 2)  # 12 tokens a rank
+    check_plan(model.with_(seq=48), Plan(dp=4, cp=2, loss="chunked"), 8, 4)  # 24 tokens a rank: 8 chunks of 3
+    assert context_sizes(model.with_(seq=48), 8, 1, "ring") == [1, 2, 4, 8]
+    assert context_sizes(model.with_(seq=48), 8, 1, "ring", "chunked") == [1, 2]  # 48/4 = 12 does not divide by 8
+    with pytest.raises(ValueError, match=r"^loss='chunked'"):
+        search(model.with_(seq=8196), cluster("h100-80gb", gpus=8), 16, loss="chunked")
