@@ -6,7 +6,8 @@ against the time model — on one GPU (the machine we can borrow) or one GPU per
     plan      which check runs how on this machine (the one-GPU table and why the split is so)
     runner    the parent: each group in its own subprocess with its own timeout, within the budget
     child     inside that subprocess: the group's checks, one result line each
-    timing    the timed train step against the time model (and that step's peak memory)
+    timing    the timed train step against the time model (and that step's peak memory, its loss, single GEMMs)
+    llama     Llama 3 8B's layers, eager and compiled, against the time model's layer
     memory    CUDA bytes per rank against the memory model: ZeRO 1/2/3 and Offload, the 3-D run's stages
     parity    every engine against one process and torch's own, and the tensors' devices
     launch    where a rank computes and the collectives it can use; NCCL with two ranks on one GPU

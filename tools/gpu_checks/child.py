@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from .launch import child_launch, child_nccl_shared
+from .llama import child_llama
 from .measure import log_devices
 from .memory import child_memory_3d, child_memory_zero
 from .parity import child_3d, child_collectives, child_data_parallel, child_pipeline, child_tensor_parallel, child_zero
@@ -38,7 +39,7 @@ def child_hang(mode, gpus, size):
     yield row("selftest: hang", "")
 
 
-CHILDREN = {"env": child_env, "timing": child_timing, "memory-zero": child_memory_zero, "memory-3d": child_memory_3d,
+CHILDREN = {"env": child_env, "timing": child_timing, "llama": child_llama, "memory-zero": child_memory_zero, "memory-3d": child_memory_3d,
             "launch": child_launch, "collectives": child_collectives, "data-parallel": child_data_parallel,
             "zero": child_zero, "pipeline": child_pipeline, "tensor-parallel": child_tensor_parallel, "3-d": child_3d,
             "nccl-shared": child_nccl_shared, "_hang": child_hang}
