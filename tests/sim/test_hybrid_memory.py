@@ -201,14 +201,15 @@ def test_plain_pytorchs_fp32_loss_holds_more_per_logit_on_the_last_stage_only():
 
 def test_torchtitans_chunked_loss_holds_the_fp32_loss_for_an_eighth_of_the_sequence():
     """torchtitan 0.3's ChunkedLossWrapper runs the output layer and the fp32 loss on 8 slices of the sequence in
-    turn, each slice's backward before the next one's forward: 12 bytes per logit of one slice, 1.5 per logit of the
-    micro-batch, 2.5 fewer than a fused loss's 4. By hand: llama3-8b, b = 2, s = 8192, t = 2, on the last stage."""
+    turn, each slice's backward before the next one's forward: 12 bytes per logit of one slice (16 under TP, its
+    vocab-parallel loss), 1.5 (2) per logit of the micro-batch. By hand: llama3-8b, b = 2, s = 8192, t = 1 and 2."""
     model = PRESETS["llama3-8b"]
-    logits = 2 * 8192 * 128256 / 2
-    plan = Plan(tp=2, dp=4, microbatch=2)
-    total = {loss: per_gpu(model, plan.with_(loss=loss), 16)["total"] for loss in ("fused", "fp32", "chunked")}
-    assert total["fp32"] - total["chunked"] == pytest.approx(logits * (16 - 12 / 8))  # fp32 under TP: loss_parallel
-    assert total["fused"] - total["chunked"] == pytest.approx(logits * (4 - 1.5))
+    for tp, whole in ((1, 12), (2, 16)):
+        logits = 2 * 8192 * 128256 / tp
+        plan = Plan(tp=tp, dp=8 // tp, microbatch=2)
+        total = {loss: per_gpu(model, plan.with_(loss=loss), 16)["total"] for loss in ("fused", "fp32", "chunked")}
+        assert total["fp32"] - total["chunked"] == pytest.approx(logits * (whole - whole / 8))
+        assert total["fused"] - total["chunked"] == pytest.approx(logits * (4 - whole / 8))
 
 
 def test_bf16_optimizer_states_are_two_bytes_each_and_shard_as_zero_says():
