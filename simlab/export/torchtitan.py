@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 
 from ..i18n import _
-from ..sim.hybrid import LOSS_CHUNKS, microbatches
+from ..sim.hybrid import LOSS_CHUNKS, chunks_evenly, microbatches
 from . import context_and_experts
 from .common import Setting, comment, refuse, stage_counts, start
 from .torchtitan_flavor import check_llama3, custom_flavor, flavor, hf_assets
@@ -82,7 +82,7 @@ def _refusals(model, cluster, plan) -> None:
              "use chunks=1"),
             # the file's loss is torchtitan's ChunkedLossWrapper (`hybrid.LOSSES`: "chunked"), which cuts each rank's
             # sequence into LOSS_CHUNKS equal slices; any plan's loss holds at least what it holds, so none is refused
-            ((model.seq // plan.cp) % LOSS_CHUNKS, f"seq={model.seq}", "torchtitan's ChunkedLossWrapper cuts each "
+            (not chunks_evenly(model.seq, plan.cp), f"seq={model.seq}", "torchtitan's ChunkedLossWrapper cuts each "
              f"rank's sequence (seq/cp = {model.seq // plan.cp}) into {LOSS_CHUNKS} equal chunks: it must divide by "
              f"{LOSS_CHUNKS}"),
             (plan.precision == "fp8" and not cluster.gpu.peak_flops_fp8, "precision='fp8'", "torchtitan's float8 "
@@ -214,9 +214,8 @@ def settings(model, cluster, global_batch: int, plan) -> list[Setting]:
     command line spells them (--section.field). A one-line ValueError where torchtitan cannot say the plan."""
     _refusals(model, cluster, plan)
     start(model, cluster, global_batch, plan)
-    out = (_launch(cluster, module_name(model)) + _model(model, plan, global_batch) + _data_parallel(plan)
-           + _model_parallel(model, plan) + context_and_experts.torchtitan(model, plan) + _compute(plan))
-    return out
+    return (_launch(cluster, module_name(model)) + _model(model, plan, global_batch) + _data_parallel(plan)
+            + _model_parallel(model, plan) + context_and_experts.torchtitan(model, plan) + _compute(plan))
 
 
 def command(model, cluster, global_batch: int, plan) -> str:

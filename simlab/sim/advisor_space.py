@@ -21,7 +21,7 @@ import itertools
 import numpy as np
 
 from .hardware import Cluster
-from .hybrid import ATTENTION, CP_COMMS, LOSS_CHUNKS, LOSSES, RECOMPUTE, SCHEDULES, check_op_sac, layers_per_stage
+from .hybrid import ATTENTION, CP_COMMS, LOSSES, RECOMPUTE, SCHEDULES, check_op_sac, chunks_evenly, layers_per_stage
 from .hybrid_memory import Knobs
 from .model import Transformer
 
@@ -52,7 +52,7 @@ def context_sizes(model: Transformer, gpus: int, tp: int, cp_comm: str, loss: st
     kv = model.kv_heads or model.heads
     return [cp for cp in _divisors(gpus // tp) if (cp == 1 or model.seq % (2 * cp) == 0 and (
         cp_comm != "ulysses" or model.heads % (tp * cp) == 0 and kv % (tp * cp) == 0))
-        and (loss != "chunked" or model.seq % cp == 0 and (model.seq // cp) % LOSS_CHUNKS == 0)]
+        and (loss != "chunked" or chunks_evenly(model.seq, cp))]
 
 
 def expert_sizes(model: Transformer, dp: int) -> list[int]:

@@ -40,12 +40,10 @@ RECOMPUTE = ("none", "selective", "full", "op-sac")
 LAYER_RECOMPUTE = RECOMPUTE[:3]  # lesson 5b's choices (one layer executed and measured: no op-level policy there)
 ATTENTION = ("eager", "flash")  # eager: Korthikanti's stored scores; flash: FlashAttention, no s² tensors
 OVERLAPS = ("dp", "params", "tp")  # what a framework may hide behind compute (`Plan.overlap`)
-# the loss over the vocabulary: fused (Megatron's vocab-parallel cross-entropy: the fp32 logits' softmax computed and
-# its gradient made in place, 4 bytes per logit) or fp32 (plain PyTorch, as torchtitan's train.py @ 9dec370:
-# cross_entropy(pred.float(), labels) keeps log_softmax's fp32 output, and its backward makes two more fp32 tensors
-# of that size beside it: 12 bytes per logit at the peak, `hybrid_loss`) or chunked (torchtitan ≥ 0.3's
-# ChunkedLossWrapper: the output layer and that fp32 loss run on LOSS_CHUNKS slices of the sequence in turn, each
-# backward before the next slice's forward, so only one slice's logits exist at a time)
+# the loss over the vocabulary: fused (Megatron's vocab-parallel cross-entropy), fp32 (plain PyTorch's
+# cross_entropy(pred.float(), labels), torchtitan's train.py @ 9dec370) or chunked (torchtitan ≥ 0.3's
+# ChunkedLossWrapper: that fp32 loss on LOSS_CHUNKS slices of the sequence in turn); what each holds and moves per
+# logit: `hybrid_loss`
 LOSSES = ("fused", "fp32", "chunked")
 LOSS_CHUNKS = 8  # ChunkedLossWrapper.Config.num_chunks's default (torchtitan 0.3.0); the sequence must divide by it
 # bytes per parameter of weights, gradients and optimizer state: lesson 3's (`simlab.sim.memory`, with FP8's
@@ -178,9 +176,14 @@ def check_op_sac(model: Transformer, attention: str) -> None:
         raise ValueError("recompute='op-sac': modelled for dense layers (torchtitan's Llama), not a mixture of experts")
 
 
+def chunks_evenly(seq: int, cp: int) -> bool:
+    """Whether each rank's sequence (seq/cp) cuts into LOSS_CHUNKS equal slices, as the chunked loss needs."""
+    return seq % cp == 0 and (seq // cp) % LOSS_CHUNKS == 0
+
+
 def check_loss(model: Transformer, plan: Plan) -> None:
     """The chunked loss (torchtitan's ChunkedLossWrapper) cuts each rank's sequence into LOSS_CHUNKS equal slices."""
-    if plan.loss == "chunked" and (model.seq % plan.cp or (model.seq // plan.cp) % LOSS_CHUNKS):
+    if plan.loss == "chunked" and not chunks_evenly(model.seq, plan.cp):
         raise ValueError(f"loss='chunked': each rank's sequence (seq/cp = {model.seq}/{plan.cp}) is cut into "
                          f"{LOSS_CHUNKS} equal chunks, so it must divide by {LOSS_CHUNKS}")
 
