@@ -9,6 +9,7 @@ import statistics
 
 import torch
 
+from .measure import time_calls
 from .plan import checks_of
 from .report import FAIL, INFO, row
 
@@ -52,25 +53,6 @@ def llama_block(hidden, heads, kv_heads, ffn, dev, dtype):
             return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
 
     return Block()
-
-
-def _time(step, cuda: bool, size: str) -> float:
-    import time
-    seconds = []
-    for i in range(WARMUP[size] + TIMED[size]):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            step()
-            end.record()
-            end.synchronize()
-            took = start.elapsed_time(end) / 1e3
-        else:
-            t0 = time.perf_counter()
-            step()
-            took = time.perf_counter() - t0
-        seconds += [took] if i >= WARMUP[size] else []
-    return statistics.median(seconds)
 
 
 def child_llama(mode, gpus, size):
@@ -119,7 +101,7 @@ def child_llama(mode, gpus, size):
                 # torchtitan compiles per block; the CPU dry run checks the plumbing with no C++ compiler needed
                 backend = "inductor" if cuda else "aot_eager"
                 model = torch.nn.Sequential(*(torch.compile(b, backend=backend) for b in blocks))
-            measured = _time(step(model), cuda, size)
+            measured = statistics.median(time_calls(step(model), cuda, WARMUP[size], TIMED[size])[0])
         except Exception as err:  # a build without a compiler backend: this row says so, the other stands
             from .report import one_line
             yield row(check, how, result=f"{'compile' if compiled else 'eager'} failed: {one_line(err)}", ok=FAIL)

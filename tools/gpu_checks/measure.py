@@ -8,6 +8,7 @@ import functools
 import gc
 import os
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -54,6 +55,29 @@ class Meter:
             return None
         torch.cuda.synchronize()
         return _requested("peak") - self.base
+
+
+def time_calls(fn, cuda: bool, warmup: int, count: int, before=None) -> tuple:
+    """Call `fn` `warmup` times, then `count` times timed: between two CUDA events on a GPU (the kernels the call
+    queued, waited for), by the wall clock on the CPU; `before`, untimed, ahead of every call. Returns (the timed
+    calls' seconds, the last call's result)."""
+    seconds, out = [], None
+    for i in range(warmup + count):
+        if before is not None:
+            before()
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            out = fn()
+            end.record()
+            end.synchronize()
+            took = start.elapsed_time(end) / 1e3
+        else:
+            t0 = time.perf_counter()
+            out = fn()
+            took = time.perf_counter() - t0
+        seconds += [took] if i >= warmup else []
+    return seconds, out
 
 
 _WORKSPACES: list = []  # the cuBLAS workspaces' bytes, measured once per process

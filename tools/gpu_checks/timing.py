@@ -9,11 +9,10 @@ from __future__ import annotations
 import contextlib
 import os
 import statistics
-import time
 
 import torch
 
-from .measure import Meter
+from .measure import Meter, time_calls
 from .plan import checks_of
 from .report import FAIL, INFO, mb, row
 
@@ -135,21 +134,7 @@ def child_timing(mode, gpus, size):
         return loss
 
     meter = Meter(dev)
-    for _ in range(WARMUP[size]):
-        loss = train_step()
-    seconds = []
-    for _ in range(TIMED[size]):
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            loss = train_step()
-            end.record()
-            end.synchronize()
-            seconds.append(start.elapsed_time(end) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            loss = train_step()
-            seconds.append(time.perf_counter() - t0)
+    seconds, loss = time_calls(train_step, cuda, WARMUP[size], TIMED[size])
     measured = statistics.median(seconds)
     peak = None if meter.peak() is None else meter.peak() + meter.base  # the whole process: model included
     finite = bool(torch.isfinite(loss.detach()).item())
@@ -199,20 +184,7 @@ def gemm_row(check, dev, gpu, size: str) -> dict:
     ratios, cells = [], []
     for m, n, k in GEMM_SHAPES[size]:
         a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
-        seconds = []
-        for i in range(WARMUP[size] + 10):
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                a @ b
-                end.record()
-                end.synchronize()
-                took = start.elapsed_time(end) / 1e3
-            else:
-                t0 = time.perf_counter()
-                a @ b
-                took = time.perf_counter() - t0
-            seconds += [took] if i >= WARMUP[size] else []
+        seconds, _ = time_calls(lambda: a @ b, cuda, WARMUP[size], 10)  # noqa: B023 — called at once, in this loop
         measured, modelled = statistics.median(seconds), gemm_seconds(gpu, m, n, k, in_training=False)
         ratios.append(measured / modelled)
         cells.append(f"{m}×{n}×{k} {2 * m * n * k / measured / 1e12:.3g}/{2 * m * n * k / modelled / 1e12:.3g}")
@@ -240,21 +212,8 @@ def loss_row(check, dev, tokens: int, vocab: int, hidden: int, gpu, size: str) -
     F.cross_entropy((h @ w.T).float(), y).backward()  # no name keeps the (N, V) logits alive
     per_logit = None if meter.peak() is None else meter.peak() / (tokens * vocab)
     logits = (h.detach() @ w.T).requires_grad_()  # (N, V) bf16: the loss's input, as the output layer hands it over
-    seconds = []
-    for i in range(WARMUP[size] + TIMED[size]):
-        logits.grad = None
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            F.cross_entropy(logits.float(), y).backward()
-            end.record()
-            end.synchronize()
-            took = start.elapsed_time(end) / 1e3
-        else:
-            t0 = time.perf_counter()
-            F.cross_entropy(logits.float(), y).backward()
-            took = time.perf_counter() - t0
-        seconds += [took] if i >= WARMUP[size] else []
+    seconds, _ = time_calls(lambda: F.cross_entropy(logits.float(), y).backward(), cuda, WARMUP[size], TIMED[size],
+                            before=lambda: setattr(logits, "grad", None))
     measured = statistics.median(seconds)
     modelled = FP32_HBM_BYTES * tokens * vocab / gpu.hbm_bandwidth
     how = f"{tokens} tokens × {vocab} logits in {str(dtype)[6:]} → cross_entropy(logits.float())"
