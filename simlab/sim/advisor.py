@@ -236,13 +236,13 @@ def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str 
 
 
 def fastest_of(model: Transformer, c: Cluster, global_batch: int, groups: dict, precision: str = "mixed",
-               cp_comm: str = "ring", capacity: float = 0.0, **fixed) -> dict:
-    """One evaluation of every plan (the framework's default settings): {"best": `search`'s best plan, name: the
-    fastest plan that fits among those `groups[name]` picks (a function of the plans' `Knobs` to a boolean array),
+               cp_comm: str = "ring", capacity: float = 0.0, loss: str = "fused", **fixed) -> dict:
+    """One evaluation of every plan (flash attention, DP and parameter overlap; `loss` as `search`'s): {"best":
+    `search`'s best plan, name: the fastest plan that fits among those `groups[name]` picks (a function of the plans' `Knobs` to a boolean array),
     or None}; each plan `describe`d, with its "family" and its "ratio" of step time to the best's. What a sweep
     of the network, or a change of link, asks of the advisor at one search's cost."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
-    settings = _settings(precision, "flash", "dp,params", (), cp_comm, capacity, model)
+    settings = _settings(precision, "flash", "dp,params", (), cp_comm, capacity, model, loss)
     for name, value in fixed.items():
         check_choice("constraint", name, FIXABLE)
         _check_fixed(name, value)
@@ -266,13 +266,13 @@ def fastest_of(model: Transformer, c: Cluster, global_batch: int, groups: dict, 
 
 
 def versus(model: Transformer, c: Cluster, global_batch: int, pick, precision: str = "mixed", cp_comm: str = "ring",
-           capacity: float = 0.0) -> dict:
+           capacity: float = 0.0, loss: str = "fused") -> dict:
     """One evaluation of every plan, split in two by `pick` (a function of the plans' `Knobs` to a boolean array):
     {"best": the fastest plan that fits (None if none does), "with": the plan standing for those `pick` keeps,
     "without": for the rest} — each the fastest that fits, else the least hungry (fits False), else None where the
     side is empty; each `describe`d with its "family". What `advisor_sweep` asks at each point of a sweep."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
-    settings = _settings(precision, "flash", "dp,params", (), cp_comm, capacity, model)
+    settings = _settings(precision, "flash", "dp,params", (), cp_comm, capacity, model, loss)
     check_precision(c.gpu, precision)
     k, mem, time, fits = _evaluated(model, c, global_batch, (), "flash", "dp,params", (), precision, settings)
     order = _ranked(k, mem, time, fits)

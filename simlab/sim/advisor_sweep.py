@@ -75,10 +75,12 @@ def _row(name: str, value: int, knob: str, batch: int, split: dict) -> dict:
 
 
 def when_cp(model: Transformer, c: Cluster, global_tokens: int | None = None, seqs=(8192, 32768, 131072),
-            global_batch: int | None = None, precision: str = "mixed", cp_comm: str = "ring") -> list[dict]:
+            global_batch: int | None = None, precision: str = "mixed", cp_comm: str = "ring",
+            loss: str = "fused") -> list[dict]:
     """For each sequence length in `seqs`: the best plan (does it use CP, and how much) against the best with cp = 1
     (or, where the best has none, the best with CP), and why that one loses. Each step holds `global_tokens` tokens
-    (the batch shrinks as sequences grow: `global_tokens` / seq sequences), or `global_batch` sequences."""
+    (the batch shrinks as sequences grow: `global_tokens` / seq sequences), or `global_batch` sequences; `loss` as
+    `advisor.search`'s (torchtitan's chunked loss splits each sequence in `hybrid.LOSS_CHUNKS`)."""
     seqs = _points("seqs", seqs)
     if (global_tokens is None) == (global_batch is None):
         raise ValueError(f"global_tokens={global_tokens}: give global_tokens or global_batch, one of them")
@@ -89,13 +91,13 @@ def when_cp(model: Transformer, c: Cluster, global_tokens: int | None = None, se
             if global_tokens % seq:
                 raise ValueError(f"global_tokens={global_tokens}: must be a whole number of sequences of seq={seq}")
         batch = global_batch if global_batch is not None else global_tokens // seq
-        split = versus(model.with_(seq=seq), c, batch, lambda k: k.cp > 1, precision, cp_comm=cp_comm)
+        split = versus(model.with_(seq=seq), c, batch, lambda k: k.cp > 1, precision, cp_comm=cp_comm, loss=loss)
         rows.append(_row("seq", seq, "cp", batch, split))
     return rows
 
 
 def when_ep(model, c: Cluster, global_batch: int, experts=(8, 16, 32, 64), precision: str = "mixed",
-            capacity: float = 0.0) -> list[dict]:
+            capacity: float = 0.0, loss: str = "fused") -> list[dict]:
     """For each number of experts: the best plan (does it use EP, and how much) against the best with ep = 1 (or,
     where the best has none, the best with EP), and why that one loses. `model`: a mixture of experts, whose
     `experts` the sweep changes (`top_k` and `expert_ffn` stay), or a function from a number of experts to a model."""
@@ -108,6 +110,6 @@ def when_ep(model, c: Cluster, global_batch: int, experts=(8, 16, 32, 64), preci
         m = model(e) if callable(model) else model.with_(experts=e)
         if not isinstance(m, Transformer) or not m.experts:
             raise ValueError(f"model={getattr(m, 'name', m)!r}: must be a mixture of experts (experts > 0)")
-        split = versus(m, c, global_batch, lambda k: k.ep > 1, precision, capacity=capacity)
+        split = versus(m, c, global_batch, lambda k: k.ep > 1, precision, capacity=capacity, loss=loss)
         rows.append(_row("experts", e, "ep", global_batch, split))
     return rows

@@ -67,7 +67,24 @@ def test_when_ep_sweeps_the_experts_and_agrees_with_the_search():
     assert same["step_seconds"] == rows[1]["step_seconds"] and same["why"] == rows[1]["why"]
 
 
+def test_the_sweeps_price_the_loss_they_are_given():
+    """torchtitan's chunked and plain PyTorch's fp32 loss: each row is `search(loss=...)`'s best, and the fp32 loss
+    (12 bytes per logit held) needs more memory than the fused one (4) for the same plan."""
+    model = PRESETS["llama3-8b"]
+    for loss in ("fp32", "chunked"):
+        row = when_cp(model, H100, global_tokens=1 << 20, seqs=[32768], loss=loss)[0]
+        best = search(model.with_(seq=32768), H100, 32, loss=loss)["best"]
+        assert row["step_seconds"] == pytest.approx(best["step_seconds"]) and row["config"] == best["config"]
+        assert row["config"]["loss"] == loss
+    fused, fp32 = (search(model, H100, 8, loss=loss, tp=1, pp=1, cp=1, zero=3)["best"] for loss in ("fused", "fp32"))
+    assert fp32["bytes_per_gpu"]["total"] > fused["bytes_per_gpu"]["total"]
+    moe = when_ep(TINY_MOE, cluster(gpus=8), 16, experts=[4], loss="fp32")[0]
+    assert moe["step_seconds"] == pytest.approx(search(TINY_MOE, cluster(gpus=8), 16, loss="fp32")["best"]["step_seconds"])
+
+
 @pytest.mark.parametrize("call, message", [
+    (lambda: when_cp(PRESETS["llama3-8b"], H100, 1 << 20, seqs=[8192], loss="bf16"), "loss='bf16'"),
+    (lambda: when_ep(TINY_MOE, H100, 8, experts=[4], loss=None), "loss=None"),
     (lambda: when_cp(PRESETS["llama3-8b"], H100, global_tokens=1 << 20, seqs=[]), "seqs="),
     (lambda: when_cp(PRESETS["llama3-8b"], H100, global_tokens=1 << 20, seqs=[0]), "seqs=0"),
     (lambda: when_cp(PRESETS["llama3-8b"], H100, global_tokens=1000, seqs=[8192]), "global_tokens=1000"),

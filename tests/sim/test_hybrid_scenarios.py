@@ -106,6 +106,9 @@ def test_fastest_of_is_the_search_with_the_group_as_a_constraint():
     assert out["zero3"]["config"] == zero3["config"] and out["zero3"]["family"] == family(zero3["config"])
     assert out["zero3"]["ratio"] == pytest.approx(zero3["step_seconds"] / found["best"]["step_seconds"])
     assert out["none"] is None
+    fp32 = fastest_of(s.model, s.cluster(), s.global_batch, {"zero3": lambda k: k.zero == 3}, loss="fp32")
+    assert fp32["zero3"]["config"] == search(s.model, s.cluster(), s.global_batch, zero=3, loss="fp32")["best"]["config"]
+    assert fp32["zero3"]["config"]["loss"] == "fp32"
 
 
 def test_over_pcie_changes_only_the_link_inside_a_node():
