@@ -12,6 +12,7 @@ import stat
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -174,8 +175,10 @@ def test_killing_lab_py_stops_jupyterlab_and_its_kernel(course, tmp_path, sig):
         token = url.split("token=", 1)[1]
         log = course / "work" / lab.LOG
         assert token in log.read_text() and stat.S_IMODE(log.stat().st_mode) == 0o600
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/api/kernels?token={token}", data=b"{}",
-                                         method="POST")
+        # the port the printed address names: JupyterLab moves on when the one asked for was taken meanwhile (a
+        # parallel test's socket), and a user opens what lab.py prints
+        served = urllib.parse.urlsplit(url).netloc
+        request = urllib.request.Request(f"http://{served}/api/kernels?token={token}", data=b"{}", method="POST")
         json.load(urllib.request.urlopen(request, timeout=60))  # a kernel, as opening a notebook starts one
         server = _children(launched.pid)[0]
         deadline = time.monotonic() + 60
