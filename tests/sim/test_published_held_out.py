@@ -1,0 +1,69 @@
+"""The held-out runs (`sim.published_held_out`) against the table they come from, copied here as NeMo prints it, so a
+transcription slip (a TP for a PP, a dropped digit) fails; and the summary the README prints of them."""
+import pytest
+
+from simlab.sim import published
+from simlab.sim.published_held_out import HELD_OUT_RUNS
+from simlab.sim.published_runs import RUNS
+
+# NVIDIA/NeMo docs/source/performance/performance_summary.md @ 8e3d65d, "Pretraining", as printed:
+# Model | #-GPUs | GBS | MBS | Sequence Length | TP | PP | CP | VP | Tokens / sec / GPU
+TABLE = """
+| GPT3-5B       | 64     | 2048 | 4   | 2048           | 1  | 1  | 1  | 1  | 23406              |
+| GPT3-20B      | 64     | 256  | 2   | 2048           | 2  | 1  | 1  | 1  | 5851               |
+| GPT3-175B     | 128    | 256  | 1   | 2048           | 4  | 8  | 1  | 6  | 716                |
+| GPT3-175B     | 512    | 2048 | 2   | 2048           | 4  | 8  | 1  | 6  | 825                |
+| LLAMA2-7B     | 8      | 128  | 1   | 4096           | 1  | 1  | 1  | 1  | 16934              |
+| LLAMA2-13B    | 16     | 128  | 1   | 4096           | 1  | 4  | 1  | 10 | 8715               |
+| LLAMA2-70B    | 64     | 128  | 1   | 4096           | 4  | 4  | 1  | 20 | 1728               |
+| Nemotron-8B   | 64     | 256  | 4   | 4096           | 2  | 1  | 1  | 1  | 12507              |
+| Nemotron-22B  | 64     | 256  | 2   | 4096           | 2  | 4  | 1  | 10 | 4312               |
+| Nemotron-340B | 128    | 32   | 1   | 4096           | 8  | 8  | 1  | 12 | 326                |
+| LLAMA3-8B     | 8      | 128  | 1   | 8192           | 1  | 1  | 2  | 1  | 12273              |
+| LLAMA3-70B    | 64     | 128  | 1   | 8192           | 4  | 4  | 2  | 5  | 1524               |
+"""
+ROWS = [[cell.strip() for cell in line.strip("| ").split("|")] for line in TABLE.strip().splitlines()]
+
+
+def test_every_row_but_lesson_6s_is_held_out_as_printed():
+    by_row = {}
+    for run in HELD_OUT_RUNS:
+        by_row.setdefault(run.source.rsplit("row ", 1)[1].split(",")[0], []).append(run)
+    lesson_6 = next(r for r in RUNS if r.key == "nemo-llama2-70b-fp8")
+    assert (lesson_6.plan.tp, lesson_6.plan.pp, lesson_6.plan.chunks, lesson_6.published) == (4, 4, 20, 1728)
+    held = [row for row in ROWS if row[0] != "LLAMA2-70B"]
+    assert len(HELD_OUT_RUNS) == len(held) == 11
+    for name, gpus, gbs, mbs, seq, tp, pp, cp, vp, tps in held:
+        run = next(r for r in by_row[name] if r.gpus == int(gpus))
+        p = run.plan
+        assert (run.global_batch, p.microbatch, run.model.seq, p.tp, p.pp, p.cp, p.chunks, run.published) == tuple(
+            map(int, (gbs, mbs, seq, tp, pp, cp, vp, tps))), name
+        assert p.tp * p.pp * p.cp * p.dp == run.gpus and p.precision == "fp8" and p.recompute == "none"
+        assert p.schedule == ("interleaved" if p.chunks > 1 else "1f1b") and p.sequence_parallel == (p.tp > 1)
+
+
+def _gpt(layers, h, vocab):  # Megatron's GPT: 12h² + 13h per layer, tied embedding, learned positions, final norm
+    return layers * (12 * h * h + 13 * h) + (vocab + 2048) * h + 2 * h
+
+
+BY_HAND = {"nemo-gpt3-5b": _gpt(24, 4096, 50304),  # 50,257 padded to 128
+           "nemo-gpt3-20b": _gpt(44, 6144, 50432),  # padded to 256 at TP 2
+           "nemo-gpt3-175b-128": _gpt(96, 12288, 50688),  # padded to 512 at TP 4
+           # Llama 2 13B: attention 4h², SwiGLU 3·h·13,824, two RMSNorms per layer, untied, a final norm
+           "nemo-llama2-13b": 40 * (4 * 5120**2 + 3 * 5120 * 13824 + 2 * 5120) + 2 * 32000 * 5120 + 5120}
+
+
+@pytest.mark.parametrize("key", BY_HAND)
+def test_the_shapes_have_their_configs_parameter_counts(key):
+    run = next(r for r in HELD_OUT_RUNS if r.key == key)
+    assert run.model.params == BY_HAND[key]
+
+
+def test_the_summary_is_what_the_readme_prints():
+    s = published.summary(published.validation(HELD_OUT_RUNS))
+    assert s["runs"] == 11 and s["memory"] == 0
+    import re
+    from pathlib import Path
+    readme = Path(__file__).resolve().parents[2].joinpath("README.md").read_text()
+    line = next(x for x in readme.splitlines() if x.startswith("11 runs:"))
+    assert re.search(rf"{s['within_20']} within 20 %.*median \|error\| {s['median']:.1%}", line)
