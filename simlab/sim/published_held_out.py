@@ -24,6 +24,21 @@ Assumptions, all fixed in that first commit:
   squared-ReLU MLPs, multi-head attention (num_query_groups None), rotary positions, no biases, no dropout,
   untied, vocabulary 256,000 (Nemotron-4's, as the 340B preset); Llama 2 13B as Meta's (40 layers, 5120, 40 heads,
   13,824, vocabulary 32,000).
+
+A second source, for another GPU: the dense rows of Megatron-Bridge's 25.11 table on DGX-B200 and DGX-H100
+(NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md @ 97ad8cc) that lesson 6 does not take (it takes the H100
+Llama 3 70B), each read from the performance scripts at that commit and on the r0.2.0 branch the scripts' README
+pairs with 25.11 (they agree on these rows). Left out by rule: a row whose recipe the model cannot express — the
+H100 Llama 3 8B row recomputes 5 of its 32 layers. Assumptions, fixed before any prediction:
+- the distributed optimizer (ZeRO-1) with gradient reduce and parameter gather overlapped; TP communication
+  overlap (userbuffers) and sequence parallelism on the 405B rows; FlashAttention for TE's fused attention; the
+  fused cross-entropy; no recomputation; CP's K,V around a ring (TE's default p2p);
+- the model's one FP8 recipe (2 + 4 + 12 bytes per parameter): the recipe reduces gradients in bf16
+  (grad_reduce_in_fp32 False) and gathers FP8 parameters, so the model counts 2 bytes per parameter more
+  gradient and its reduce in fp32 — a known overcount, kept rather than tuned;
+- the 405B's 126 layers with embedding and loss each counted as a layer (account_for_embedding/loss_in_pipeline
+  _split): 2 per virtual chunk, 15 on the first and last stage, 16 on the others;
+- CUDA graphs (the B200 8B row's full-iteration graph) are not modelled; 8 × 400 Gb/s per node.
 """
 from __future__ import annotations
 
@@ -62,6 +77,20 @@ def _run(key: str, model: Transformer, gpus: int, gbs: int, mbs: int, tp: int, p
                f"{tps:,} tokens/s/GPU", assumptions=("as this module's docstring: NeMo's settings, no recomputation",))
 
 
+BRIDGE = "NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md @ 97ad8cc (25.11, FP8-CS)"
+
+
+def _bridge(key: str, model: Transformer, gpu: str, gpus: int, gbs: int, mbs: int, tp: int, pp: int, cp: int,
+            vp: int, tps: int, row: str) -> Run:
+    """One Megatron-Bridge row: ZeRO-1 with its overlaps, and TP's with sequence parallelism where TP > 1."""
+    stages = {} if pp == 1 else dict(schedule="interleaved", stage_layers=(15,) + (16,) * (pp - 2) + (15,))
+    plan = Plan(tp=tp, pp=pp, cp=cp, dp=gpus // (tp * pp * cp), microbatch=mbs, chunks=vp, precision="fp8", zero=1,
+                attention="flash", sequence_parallel=tp > 1, overlap="dp,params,tp" if tp > 1 else "dp,params",
+                cp_comm="ring", **stages)
+    return Run(key, f"{BRIDGE}, {row}", "Megatron-Bridge 25.11", model, gpu, gpus, 3200, plan, gbs, tps,
+               f"{tps:,} tokens/s/GPU", assumptions=("as this module's docstring: the recipe at 97ad8cc / r0.2.0",))
+
+
 HELD_OUT_RUNS = (
     _run("nemo-gpt3-5b", gpt3("gpt3-5b", 24, 4096, 32, 1), 64, 2048, 4, 1, 1, 1, 1, 23406, "GPT3-5B"),
     _run("nemo-gpt3-20b", gpt3("gpt3-20b", 44, 6144, 48, 2), 64, 256, 2, 2, 1, 1, 1, 5851, "GPT3-20B"),
@@ -76,4 +105,10 @@ HELD_OUT_RUNS = (
     _run("nemo-nemotron-340b", PRESETS["nemotron4-340b"], 128, 32, 1, 8, 8, 1, 12, 326, "Nemotron-340B"),
     _run("nemo-llama3-8b-cp2", PRESETS["llama3-8b"], 8, 128, 1, 1, 1, 2, 1, 12273, "LLAMA3-8B"),
     _run("nemo-llama3-70b-cp2", PRESETS["llama3-70b"], 64, 128, 1, 4, 4, 2, 5, 1524, "LLAMA3-70B"),
+    _bridge("mbridge-b200-llama3-8b", PRESETS["llama3-8b"], "b200", 8, 128, 2, 1, 1, 1, 1, 30624,
+            "DGX-B200 LLAMA3_8B"),
+    _bridge("mbridge-b200-llama31-405b", PRESETS["llama3-405b"], "b200", 128, 64, 1, 4, 8, 2, 8, 661,
+            "DGX-B200 LLAMA3.1_405B"),
+    _bridge("mbridge-h100-llama31-405b", PRESETS["llama3-405b"], "h100-80gb", 1024, 512, 1, 8, 8, 2, 8, 292,
+            "DGX-H100 LLAMA3.1_405B"),
 )

@@ -23,18 +23,27 @@ TABLE = """
 | LLAMA3-70B    | 64     | 128  | 1   | 8192           | 4  | 4  | 2  | 5  | 1524               |
 """
 ROWS = [[cell.strip() for cell in line.strip("| ").split("|")] for line in TABLE.strip().splitlines()]
+# NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md @ 97ad8cc, 25.11, the dense FP8-CS rows on DGX-B200 and
+# DGX-H100 as printed (FP8-MX figures in parentheses dropped): Model | #-GPUs | Precision | GBS | MBS | Sequence
+# Length | FSDP | TP | PP | CP | VP | EP | GA | Tokens / sec / GPU
+BRIDGE = """
+| B200 | LLAMA3_8B | 8 | FP8-CS | 128 | 2 | 8192 | 0 | 1 | 1 | 1 | n/a | 1 | 8 | 30624 |
+| B200 | LLAMA3.1_405B | 128 | FP8-CS | 64 | 1 | 8192 | 0 | 4 | 8 | 2 | 8 | 1 | 32 | 661 |
+| H100 | LLAMA3_8B | 8 | FP8-CS | 128 | 1 | 8192 | 1 | 1 | 1 | 1 | n/a | 1 | 16 | 14451 |
+| H100 | LLAMA3_70B | 64 | FP8-CS | 128 | 1 | 8192 | 0 | 4 | 8 | 1 | 5 | 1 | 64 | 1602 |
+| H100 | LLAMA3.1_405B | 1024 | FP8-CS | 512 | 1 | 8192 | 0 | 8 | 8 | 2 | 8 | 1 | 64 | 292 |
+"""
 
 
 def test_every_row_but_lesson_6s_is_held_out_as_printed():
-    by_row = {}
-    for run in HELD_OUT_RUNS:
-        by_row.setdefault(run.source.rsplit("row ", 1)[1].split(",")[0], []).append(run)
     lesson_6 = next(r for r in RUNS if r.key == "nemo-llama2-70b-fp8")
     assert (lesson_6.plan.tp, lesson_6.plan.pp, lesson_6.plan.chunks, lesson_6.published) == (4, 4, 20, 1728)
     held = [row for row in ROWS if row[0] != "LLAMA2-70B"]
-    assert len(HELD_OUT_RUNS) == len(held) == 11
+    nemo = [r for r in HELD_OUT_RUNS if r.framework == "NeMo 24.07"]
+    assert len(nemo) == len(held) == 11
     for name, gpus, gbs, mbs, seq, tp, pp, cp, vp, tps in held:
-        run = next(r for r in by_row[name] if r.gpus == int(gpus))
+        run = next(r for r in nemo if r.gpus == int(gpus) and r.source.endswith(f"row {name}" + (
+            f", {gpus}" if name == "GPT3-175B" else "")))
         p = run.plan
         assert (run.global_batch, p.microbatch, run.model.seq, p.tp, p.pp, p.cp, p.chunks, run.published) == tuple(
             map(int, (gbs, mbs, seq, tp, pp, cp, vp, tps))), name
@@ -51,6 +60,26 @@ BY_HAND = {"nemo-gpt3-5b": _gpt(24, 4096, 50304),  # 50,257 padded to 128
            "nemo-gpt3-175b-128": _gpt(96, 12288, 50688),  # padded to 512 at TP 4
            # Llama 2 13B: attention 4h², SwiGLU 3·h·13,824, two RMSNorms per layer, untied, a final norm
            "nemo-llama2-13b": 40 * (4 * 5120**2 + 3 * 5120 * 13824 + 2 * 5120) + 2 * 32000 * 5120 + 5120}
+
+
+def test_every_bridge_row_the_model_can_express_is_held_out_as_printed():
+    """Lesson 6 takes the H100 70B; the H100 8B row's recipe recomputes 5 of 32 layers, which no plan expresses."""
+    lesson_6 = next(r for r in RUNS if r.key == "mbridge-llama3-70b-fp8")
+    assert (lesson_6.plan.tp, lesson_6.plan.pp, lesson_6.plan.chunks, lesson_6.published) == (4, 8, 5, 1602)
+    bridge = [r for r in HELD_OUT_RUNS if r.framework == "Megatron-Bridge 25.11"]
+    rows = [[c.strip() for c in line.strip("| ").split("|")] for line in BRIDGE.strip().splitlines()]
+    held = [row for row in rows if row[1] != "LLAMA3_70B" and (row[0], row[1]) != ("H100", "LLAMA3_8B")]
+    assert len(bridge) == len(held) == 3
+    for system, name, gpus, _, gbs, mbs, seq, fsdp, tp, pp, cp, vp, ep, ga, tps in held:
+        run = next(r for r in bridge if r.source.endswith(f"DGX-{system} {name}"))
+        p = run.plan
+        assert run.gpu == {"B200": "b200", "H100": "h100-80gb"}[system] and fsdp == "0" and ep == "1"
+        assert (run.gpus, run.global_batch, p.microbatch, run.model.seq, p.tp, p.pp, p.cp, run.published) == tuple(
+            map(int, (gpus, gbs, mbs, seq, tp, pp, cp, tps))), name
+        assert p.chunks == (1 if vp == "n/a" else int(vp)) and p.zero == 1 and p.recompute == "none"
+        assert run.global_batch // (p.dp * p.microbatch) == int(ga) and p.tp * p.pp * p.cp * p.dp == run.gpus
+        if p.pp > 1:  # embedding and loss each counted as a layer: (126 + 2) / 64 chunks = 2 per chunk
+            assert sum(p.stage_layers) == run.model.layers == 126 and p.stage_layers[0] == p.stage_layers[-1] == 15
 
 
 @pytest.mark.parametrize("key", BY_HAND)
