@@ -96,3 +96,37 @@ def test_the_summary_is_what_the_readme_prints():
     readme = Path(__file__).resolve().parents[2].joinpath("README.md").read_text()
     line = next(x for x in readme.splitlines() if x.startswith("14 runs:"))
     assert re.search(rf"{s['within_20']} within 20 %.*median \|error\| {s['median']:.1%}", line)
+
+
+# ---- llm-foundry's MPT tables (`sim.published_held_out_mpt`) ------------------------------------------------------
+
+# three rows as llm-foundry's README @ b2a43a1 prints them (columns 1-4, 8-10, 13, 18 and 20 are compared)
+PRINTED = (  # each line as printed, cut in two only to fit here
+    "|  70b | 2048 | 32 | h100_80gb | 36.15 | 48.2 | 357 | 2 | 16 | 1024 | 13 | 28242 | 882 | 2097152 "
+    "| amp_bf16 | DEFAULT | FULL_SHARD | True | False | 64862437376 |",
+    "|  760m | 65536 | 8 | a100_80gb | 45.34 | 60.45 | 141 | 1 | 2 | 16 | 0 | 33150 | 4143 | 1048576 "
+    "| amp_bf16 | DEFAULT | FULL_SHARD | True | False | 857988096 |",
+    "|  125m | 2048 | 128 | a100_40gb | 38.86 | 38.86 | 121 | 26 | 1 | 3328 | 7746 | 15863837 | 123936 | 6815744 "
+    "| bf16 | PURE | FULL_SHARD | False | False | 125311488 |",
+)
+
+
+def test_the_mpt_rows_are_as_printed_and_every_shape_has_the_logged_parameter_count():
+    from simlab.sim.published_held_out_mpt import IN_LESSON_6, MPT_RUNS, ROWS
+    assert len(ROWS) == 198 and len(MPT_RUNS) == 194 and len({r.key for r in MPT_RUNS}) == 194
+    gpu = {"h100_80gb": "H100 80GB BF16", "a100_80gb": "A100 80GB", "a100_40gb": "A100 40GB"}
+    for line in PRINTED:
+        c = [x.strip() for x in line.strip(" |").split("|")]
+        row = next(r for r in ROWS if r[:4] == (gpu[c[3]], c[0], int(c[1]), int(c[2])))
+        assert row[4:] == (int(c[7]), int(c[8]), int(c[9]), int(c[12]), c[17] == "True", int(c[19]))
+    for row, run in zip((r for r in ROWS if r[:4] not in IN_LESSON_6), MPT_RUNS):
+        _, _, seq, gpus, mbs, ga, gbs, tps, ckpt, params = row
+        assert gbs == mbs * ga * gpus and run.global_batch == gbs and run.published == tps
+        assert run.model.params == params and run.model.seq == seq, run.key  # biases and learned positions, exactly
+        assert (run.plan.dp, run.plan.microbatch, run.plan.zero) == (gpus, mbs, 3)
+        assert run.plan.recompute == ("full" if ckpt else "none")
+    # the four lesson 6 takes are RUNS' own MPT runs, not held out
+    lesson_6 = {(r.gpu, r.model.name, r.gpus, r.published) for r in RUNS if r.framework == "Composer FSDP"}
+    taken = {("a100-80gb" if t == "A100 80GB" else "a100-40gb", f"mpt-{m}", g, row[7]) for row in ROWS
+             for t, m, _, g in [row[:4]] if row[:4] in IN_LESSON_6}
+    assert taken <= lesson_6 and len(taken) == 4
