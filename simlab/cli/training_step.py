@@ -9,7 +9,7 @@ real processes, against one process on the whole batch and torch's DDP under no_
 from __future__ import annotations
 
 from ..i18n import _
-from ..sim.hybrid import ATTENTION, LAYER_RECOMPUTE
+from ..sim.hybrid import LAYER_ATTENTION, LAYER_RECOMPUTE
 from .common import add_json, add_run_flags, check_run_flags, run_output
 from .hybrid_flags import (
     add_gpu_flags,
@@ -76,7 +76,7 @@ def add_commands(sub, run) -> None:
     add_shape_flags(p)
     p.add_argument("--microbatch", type=int, default=1, help="sequences per micro-batch b (default 1)")
     p.add_argument("--microbatches", type=int, default=1, help="micro-batches accumulated per step m (default 1)")
-    p.add_argument("--attention", choices=ATTENTION, default="flash", help="attention kernel (default flash)")
+    p.add_argument("--attention", choices=LAYER_ATTENTION, default="flash", help="attention kernel (default flash)")
     p.add_argument("--recompute", choices=LAYER_RECOMPUTE, default="none",
                    help="activation recomputation (default none)")
     add_precision_flag(p)

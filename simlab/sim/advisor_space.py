@@ -96,7 +96,7 @@ def _memory_knobs(attention: str, fixed: dict) -> np.ndarray:
             if (not o or z >= 2) and (not h or z >= 1) and fixed.get("zero", z) == z
             and fixed.get("offload", bool(o)) == bool(o) and fixed.get("sequence_parallel", bool(sp)) == bool(sp)
             and fixed.get("recompute", RECOMPUTE[r]) == RECOMPUTE[r]
-            and not (attention == "flash" and RECOMPUTE[r] == "selective" and "recompute" not in fixed)
+            and not (attention != "eager" and RECOMPUTE[r] == "selective" and "recompute" not in fixed)
             and not (RECOMPUTE[r] == "op-sac" and "recompute" not in fixed)]
     return np.array(rows, dtype=np.int64).reshape(-1, 5)
 

@@ -38,7 +38,10 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 # Appended last: the knobs index these choices, and 0-2 keep their meaning.
 RECOMPUTE = ("none", "selective", "full", "op-sac")
 LAYER_RECOMPUTE = RECOMPUTE[:3]  # lesson 5b's choices (one layer executed and measured: no op-level policy there)
-ATTENTION = ("eager", "flash")  # eager: Korthikanti's stored scores; flash: FlashAttention, no s² tensors
+# eager: Korthikanti's stored scores; flash: FlashAttention, no s² tensors; flash-triton: FlashAttention's Triton
+# kernel (llm-foundry's attn_impl="triton"), flash's memory at its own published speed (`gpus.FLASH_TRITON_SLOWER`)
+ATTENTION = ("eager", "flash", "flash-triton")
+LAYER_ATTENTION = ATTENTION[:2]  # lesson 5b's choices (one layer executed and measured: torch's own kernels)
 OVERLAPS = ("dp", "params", "tp")  # what a framework may hide behind compute (`Plan.overlap`)
 # the loss over the vocabulary: fused (Megatron's vocab-parallel cross-entropy), fp32 (plain PyTorch's
 # cross_entropy(pred.float(), labels), torchtitan's train.py @ 9dec370) or chunked (torchtitan ≥ 0.3's

@@ -7,7 +7,8 @@ Teaches where a layer's time goes on a TP rank of t, with T = b·s tokens:
   weight's), each timed by its shape (`gpus.gemm_seconds`): a TP-8 shard or a small micro-batch makes thin
   GEMMs that run below the GPU's best rate;
 - the attention core: FlashAttention at its published rate (its backward recomputes the scores inside the
-  kernel, counted in its 2.5× backward), or eager attention's two batched GEMMs per head over the full s × s
+  kernel, counted in its 2.5× backward; FlashAttention's Triton kernel 1.4× slower forward and 2× backward, as
+  FlashAttention-2's paper measured it), or eager attention's two batched GEMMs per head over the full s × s
   scores, and their softmax at HBM speed;
 - element-wise work (norms, activation, dropout, residuals, the eager softmax) at HBM speed: K_ELEMENTWISE
   bytes moved per byte of activations the layer keeps (`hybrid_memory.layer_activation_bytes`); FP8 also casts
@@ -35,7 +36,7 @@ import numpy as np
 
 from .expert_parallel_costs import all_to_all, layer_a2a
 from .expert_parallel_costs import gemms as moe_gemms
-from .gpus import flash_seconds, gemm_seconds
+from .gpus import FLASH_TRITON_SLOWER, flash_seconds, gemm_seconds
 from .hybrid import ACTIVATION_BYTES, ATTENTION, CP_COMMS, rank_tokens
 from .hybrid_loss import moved_per_logit
 from .hybrid_memory import Knobs, cp_traffic, layer_activation_bytes
@@ -81,8 +82,10 @@ def attention_core(model: Transformer, k: Knobs, gpu) -> tuple:
     scores = gemm_seconds(gpu, s, s, d, batch=heads) + gemm_seconds(gpu, s, d, s, batch=heads)  # QKᵀ, AV
     if flash is None:  # no published chart: the same GEMMs, causal blocks skipped, backward 2.5× (FA's count)
         flash = 3.5 * scores / 2
-    is_flash = k.attention == ATTENTION.index("flash")
-    fwd, bwd = np.where(is_flash, flash / 3.5, scores), np.where(is_flash, flash * 2.5 / 3.5, 2 * scores)
+    is_flash, triton = k.attention != ATTENTION.index("eager"), k.attention == ATTENTION.index("flash-triton")
+    slower = np.where(triton, FLASH_TRITON_SLOWER[0], 1), np.where(triton, FLASH_TRITON_SLOWER[1], 1)
+    fwd = np.where(is_flash, flash / 3.5 * slower[0], scores)
+    bwd = np.where(is_flash, flash * 2.5 / 3.5 * slower[1], 2 * scores)
     return (fwd, bwd) if np.all(np.asarray(k.cp) == 1) else (fwd / k.cp, bwd / k.cp)
 
 

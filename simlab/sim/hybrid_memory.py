@@ -183,7 +183,7 @@ def _per_element(model: Transformer, k: Knobs, rec, fp8: bool) -> dict:
         "ln1_input": 2 * replicated, "qkv_input": gemm_in * replicated,
         "q": 2 * split, "k": 2 * kv * split, "v": 2 * kv * split,
         "softmax_output": 2 * scores, "softmax_dropout_mask": mask * scores, "softmax_dropout_output": 2 * mask * scores,
-        "flash_lse": np.where(k.attention == ATTENTION.index("flash"), 4 * a / h * split, 0),
+        "flash_lse": np.where(k.attention != ATTENTION.index("eager"), 4 * a / h * split, 0),
         "out_proj_input": gemm_in * split, "attention_dropout_mask": mask * replicated,
         "ln2_input": 2 * replicated, "fc1_input": gemm_in * replicated,
         # gated: the gate's and the up projection's outputs; a mixture of experts keeps its own (`moe_bytes`)

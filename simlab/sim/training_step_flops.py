@@ -36,7 +36,7 @@ import math
 
 from .._checks import check_choice, check_int, check_number, check_positive
 from .gpus import GPU, GPUS
-from .hybrid import ACTIVATION_BYTES, ATTENTION, LAYER_RECOMPUTE, PRECISIONS, Plan, check_plan
+from .hybrid import ACTIVATION_BYTES, LAYER_ATTENTION, LAYER_RECOMPUTE, PRECISIONS, Plan, check_plan
 from .hybrid_layer import gemms
 from .hybrid_memory import knobs
 from .model import Transformer
@@ -57,7 +57,7 @@ def step_flops(model: Transformer, samples: int, *, recompute: str = "none", att
     model = check_model(model)
     check_int("samples", samples, 1)
     check_choice("recompute", recompute, LAYER_RECOMPUTE)
-    check_choice("attention", attention, ATTENTION)
+    check_choice("attention", attention, LAYER_ATTENTION)
     tokens = samples * model.seq
     model_flops = model.model_flops(samples)  # sim.model's formula, the one lesson 6's MFU divides
     dense = 3 * (2 * tokens * model.layers * model.active_matmul_params + model.logits_flops(tokens))

@@ -198,6 +198,7 @@ REFUSED = [
     (Plan(dp=16, zero=3, precision="mixed-fp32-grads"), r"^precision='mixed-fp32-grads': .*ZeRO stage 1", None),
     (Plan(dp=16, zero=0, overlap="none", bucket=(10, 10)), r"^bucket=\(10, 10\): .*ZeRO settings", None),
     (Plan(pp=4, dp=4, overlap="none", stage_layers=(7, 9, 9, 7)), r"^stage_layers=\(7, 9, 9, 7\): .*a method", None),
+    (Plan(dp=16, zero=3, attention="flash-triton"), r"^attention='flash-triton': .*use attention='flash'", None),
 ]
 
 

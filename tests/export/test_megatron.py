@@ -307,6 +307,7 @@ REFUSED = [
     (L8, H16, 64, Plan(dp=16, zero=1, bucket=(1000, 2000)), r"^bucket=\(1000, 2000\): .*the same units"),
     (L8, H16, 64, Plan(dp=16, zero=1, overlap="none", bucket=(1000, 1000)), r"^bucket=\(1000, 1000\): .*overlaps"),
     (L8, H16, 64, Plan(tp=2, pp=2, dp=2), r"^tp=2: tp\*pp\*dp = 8 must use all gpus=16"),  # check_plan's own
+    (L8, H16, 64, Plan(dp=16, zero=1, attention="flash-triton"), r"^attention='flash-triton': .*use attention='flash'"),
 ]
 
 

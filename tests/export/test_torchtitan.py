@@ -281,6 +281,7 @@ REFUSED = [  # (model, cluster, batch, plan, the start of the one line)
     (PRESETS["gpt3-175b"], H100, 64, Plan(tp=8, pp=8), "model='gpt3-175b': torchtitan's llama3 has a SwiGLU MLP"),
     (PRESETS["llama3-70b"], H100, 64, Plan(tp=16, dp=4), "tp=16: torchtitan splits the K/V heads too: kv_heads=8"),
     (PRESETS["llama3-70b"], H100, 64, Plan(tp=8, dp=8, attention="eager"), "attention='eager':"),
+    (PRESETS["llama3-70b"], H100, 64, Plan(tp=8, dp=8, attention="flash-triton"), "attention='flash-triton':"),
     (PRESETS["llama3-70b"], H100, 64, Plan(tp=8, dp=8, zero=3, bucket=(50_000_000, 50_000_000)), "bucket=("),
     (TINY.with_(seq=510), cluster(gpus=4), 8, Plan(tp=4, sequence_parallel=True), "sequence_parallel=True: "
      "torchtitan needs seq=510 divisible by tp=4"),
