@@ -124,7 +124,7 @@ def test_the_mpt_rows_are_as_printed_and_every_shape_has_the_logged_parameter_co
         assert gbs == mbs * ga * gpus and run.global_batch == gbs and run.published == tps
         assert run.model.params == params and run.model.seq == seq, run.key  # biases and learned positions, exactly
         assert (run.plan.dp, run.plan.microbatch, run.plan.zero) == (gpus, mbs, 3)
-        assert run.plan.recompute == ("full" if ckpt else "none")
+        assert run.plan.recompute == ("full" if ckpt else "none") and run.plan.attention == "flash-triton"
     # the four lesson 6 takes are RUNS' own MPT runs, not held out
     lesson_6 = {(r.gpu, r.model.name, r.gpus, r.published) for r in RUNS if r.framework == "Composer FSDP"}
     taken = {("a100-80gb" if t == "A100 80GB" else "a100-40gb", f"mpt-{m}", g, row[7]) for row in ROWS
