@@ -81,7 +81,10 @@ def add_plan_flags(p, plan_defaults: bool) -> None:
     p.add_argument("--capacity", type=float, default=0.0,
                    help="experts' capacity factor: each takes at most capacity·k·tokens/E tokens (default 0: dropless)")
     p.add_argument("--stage-layers", default=None, help="layers per pipeline stage, e.g. 7,8,8,7 (default even)")
-    p.add_argument("--attention", choices=ATTENTION, default="flash", help="attention kernel (default flash)")
+    p.add_argument("--attention", choices=ATTENTION, default="flash",
+                   help="attention kernel: eager (stores the s² scores), flash (FlashAttention-2) or flash-triton "
+                        "(FlashAttention's Triton kernel: flash's memory, slower; context parallelism needs flash) "
+                        "(default flash)")
     p.add_argument("--loss", choices=LOSSES, default="fused", help="the loss over the vocabulary: fused (Megatron's, "
                    "4 bytes per logit), fp32 (plain PyTorch's cross-entropy: 12) or chunked (that loss on an eighth of "
                    "the sequence at a time, torchtitan 0.3's: 1.5) (default fused)")

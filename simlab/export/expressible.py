@@ -34,6 +34,9 @@ def best_expressible(target: str, model, cluster, global_batch: int, precision: 
     from . import TARGETS, emit
     check_choice("target", target, TARGETS)
     check_int("scan", scan, 1, 10_000)
+    if attention == "flash-triton":  # every target refuses it: say so once, before any search
+        raise ValueError("attention='flash-triton': none of the frameworks simlab writes for runs FlashAttention's "
+                         "Triton kernel: use attention='flash'")
     outcomes = {}  # plan → (the framework's text, None) or (None, its one-line refusal): each plan tried once
 
     def attempt(row) -> tuple:

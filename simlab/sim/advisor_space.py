@@ -21,7 +21,18 @@ import itertools
 import numpy as np
 
 from .hardware import Cluster
-from .hybrid import ATTENTION, CP_COMMS, LOSSES, RECOMPUTE, SCHEDULES, check_op_sac, chunks_evenly, layers_per_stage
+from .hybrid import (
+    ATTENTION,
+    CP_COMMS,
+    LOSSES,
+    RECOMPUTE,
+    SCHEDULES,
+    Plan,
+    check_context,
+    check_op_sac,
+    chunks_evenly,
+    layers_per_stage,
+)
 from .hybrid_memory import Knobs
 from .model import Transformer
 
@@ -45,10 +56,13 @@ def _splits(model: Transformer, pp: int) -> list[tuple[int, int, int]]:
     return rows
 
 
-def context_sizes(model: Transformer, gpus: int, tp: int, cp_comm: str, loss: str = "fused") -> list[int]:
-    """The cp a layout of `gpus`/tp GPUs may take: the sequence in 2·cp equal chunks; Ulysses also needs whole heads
-    (of the queries and of K,V) on each of the tp·cp ranks (`hybrid.check_context`); the chunked loss, each rank's
-    sequence in LOSS_CHUNKS (`hybrid.check_loss`)."""
+def context_sizes(model: Transformer, gpus: int, tp: int, cp_comm: str, loss: str = "fused",
+                  attention: str = "flash") -> list[int]:
+    """The cp a layout of `gpus`/tp GPUs may take: 1 unless attention is FlashAttention (the kernels frameworks run CP
+    in); the sequence in 2·cp equal chunks; Ulysses also needs whole heads (of the queries and of K,V) on each of the
+    tp·cp ranks (`hybrid.check_context`); the chunked loss, each rank's sequence in LOSS_CHUNKS (`hybrid.check_loss`)."""
+    if attention != "flash":
+        return [1]
     kv = model.kv_heads or model.heads
     return [cp for cp in _divisors(gpus // tp) if (cp == 1 or model.seq % (2 * cp) == 0 and (
         cp_comm != "ulysses" or model.heads % (tp * cp) == 0 and kv % (tp * cp) == 0))
@@ -61,13 +75,13 @@ def expert_sizes(model: Transformer, dp: int) -> list[int]:
 
 
 def _layouts(model: Transformer, c: Cluster, global_batch: int, fixed: dict, cp_comm: str = "ring",
-             loss: str = "fused") -> list[tuple]:
+             loss: str = "fused", attention: str = "flash") -> list[tuple]:
     """`LAYOUT` rows for every layout that divides everything evenly."""
     rows = []
     for tp in _divisors(c.gpus):
         if model.heads % tp or fixed.get("tp", tp) != tp:
             continue
-        for cp, pp in itertools.product(context_sizes(model, c.gpus, tp, cp_comm, loss), _divisors(c.gpus // tp)):
+        for cp, pp in itertools.product(context_sizes(model, c.gpus, tp, cp_comm, loss, attention), _divisors(c.gpus // tp)):
             if (c.gpus // tp) % (cp * pp) or fixed.get("cp", cp) != cp:
                 continue
             dp = c.gpus // (tp * cp * pp)
@@ -107,7 +121,10 @@ def candidates(model: Transformer, c: Cluster, global_batch: int, fixed: dict, a
     """Every plan, as arrays: the layouts × (ZeRO, Offload, HSDP) × sequence parallel × recomputation, layout by
     layout. The rules are checked on a (layouts, memory knobs) grid of booleans and only the plans kept are built:
     a trillion parameters on 3072 GPUs has ~10⁶ of them."""
-    lay = np.array(_layouts(model, c, global_batch, fixed, cp_comm, loss), dtype=np.int64).reshape(-1, len(LAYOUT))
+    if fixed.get("cp", 1) > 1:
+        check_context(model, Plan(cp=fixed["cp"], attention=attention, cp_comm=cp_comm))  # CP's rules, in one line
+    lay = np.array(_layouts(model, c, global_batch, fixed, cp_comm, loss, attention), dtype=np.int64).reshape(
+        -1, len(LAYOUT))
     if fixed.get("recompute") == "op-sac":
         check_op_sac(model, attention)
     extra = _memory_knobs(attention, fixed)

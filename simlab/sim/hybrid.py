@@ -39,7 +39,8 @@ SCHEDULES = ("gpipe", "1f1b", "interleaved")
 RECOMPUTE = ("none", "selective", "full", "op-sac")
 LAYER_RECOMPUTE = RECOMPUTE[:3]  # lesson 5b's choices (one layer executed and measured: no op-level policy there)
 # eager: Korthikanti's stored scores; flash: FlashAttention, no s² tensors; flash-triton: FlashAttention's Triton
-# kernel (llm-foundry's attn_impl="triton"), flash's memory at its own published speed (`gpus.FLASH_TRITON_SLOWER`)
+# kernel (llm-foundry's attn_impl="triton"), flash's memory, slower by FlashAttention-2's paper's ratios to a Triton
+# FlashAttention (`gpus.FLASH_TRITON_SLOWER`, an assumption for this kernel)
 ATTENTION = ("eager", "flash", "flash-triton")
 LAYER_ATTENTION = ATTENTION[:2]  # lesson 5b's choices (one layer executed and measured: torch's own kernels)
 OVERLAPS = ("dp", "params", "tp")  # what a framework may hide behind compute (`Plan.overlap`)
@@ -255,9 +256,9 @@ def check_context(model: Transformer, plan: Plan) -> None:
     efficient kernels."""
     if plan.cp == 1:
         return
-    if plan.attention == "eager":
+    if plan.attention != "flash":
         raise ValueError(f"cp={plan.cp}: context parallelism needs attention='flash' (Megatron and torch run it only "
-                         "inside fused attention kernels), got attention='eager'")
+                         f"inside their fused attention kernels), got attention={plan.attention!r}")
     if model.seq % (2 * plan.cp):
         raise ValueError(f"cp={plan.cp}: the sequence seq={model.seq} must split into 2·cp = {2 * plan.cp} equal "
                          "chunks (the zig-zag layout)")

@@ -50,3 +50,39 @@ def test_the_advisor_searches_with_the_triton_kernel_and_never_proposes_selectiv
     flash = search(MODEL, cluster("a100-80gb", gpus=8), 64, attention="flash")["best"]
     assert found["best"]["step_seconds"] > flash["step_seconds"]
     assert np.isfinite(found["best"]["step_seconds"])
+
+
+@pytest.mark.parametrize("attention", ["eager", "flash-triton"])
+def test_context_parallelism_runs_only_inside_flashattention(attention):
+    """Megatron and torch run CP inside their own fused kernels: neither eager attention nor the Triton kernel takes
+    it — refused in one line by the plan's check, by a search that fixes cp, and never proposed by a free search
+    (which did propose cp = 4 under eager attention at 128K before)."""
+    from simlab.sim.advisor import search
+    from simlab.sim.hardware import cluster
+    from simlab.sim.hybrid import check_plan
+    long = PRESETS["llama3-8b"].with_(seq=131072)
+    c = cluster("h100-80gb", gpus=16)
+    for call in (lambda: check_plan(long, Plan(cp=4, dp=4, attention=attention), 16, 16),
+                 lambda: search(long, c, 16, attention=attention, cp=4)):
+        with pytest.raises(ValueError) as err:
+            call()
+        assert str(err.value).startswith("cp=4: context parallelism needs attention='flash'")
+        assert "\n" not in str(err.value) and repr(attention) in str(err.value)
+    free = search(long, c, 16, attention=attention, top=200)
+    assert {p["config"]["cp"] for p in free["candidates"]} == {1}
+    assert max(p["config"]["cp"] for p in search(long, c, 16, attention="flash", top=200)["candidates"]) > 1
+
+
+def test_lesson_5b_and_the_executor_offer_the_same_kernels():
+    """Lesson 5b's model (`LAYER_ATTENTION`) prices the kernels its real layer runs (`exec.training_step.ATTENTION`)."""
+    from simlab.exec.training_step import ATTENTION as EXECUTED
+    from simlab.sim.hybrid import ATTENTION, LAYER_ATTENTION
+    assert LAYER_ATTENTION == EXECUTED and set(ATTENTION) - set(LAYER_ATTENTION) == {"flash-triton"}
+
+
+def test_no_export_is_searched_for_a_kernel_no_framework_runs():
+    from simlab.export.expressible import best_expressible
+    from simlab.sim.hardware import cluster
+    with pytest.raises(ValueError) as err:
+        best_expressible("megatron", PRESETS["llama3-8b"], cluster("h100-80gb", gpus=8), 16, attention="flash-triton")
+    assert str(err.value).startswith("attention='flash-triton':") and "\n" not in str(err.value)
