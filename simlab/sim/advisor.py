@@ -238,8 +238,8 @@ def by_family(model: Transformer, c: Cluster, global_batch: int, precision: str 
 def fastest_of(model: Transformer, c: Cluster, global_batch: int, groups: dict, precision: str = "mixed",
                cp_comm: str = "ring", capacity: float = 0.0, loss: str = "fused", **fixed) -> dict:
     """One evaluation of every plan (flash attention, DP and parameter overlap; `loss` as `search`'s): {"best":
-    `search`'s best plan, name: the fastest plan that fits among those `groups[name]` picks (a function of the plans' `Knobs` to a boolean array),
-    or None}; each plan `describe`d, with its "family" and its "ratio" of step time to the best's. What a sweep
+    `search`'s best plan, name: the fastest plan that fits among those `groups[name]` picks (a function of the
+    plans' `Knobs` to a boolean array), or None}; each plan `describe`d, with its "family" and its "ratio" of step time to the best's. What a sweep
     of the network, or a change of link, asks of the advisor at one search's cost."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
     settings = _settings(precision, "flash", "dp,params", (), cp_comm, capacity, model, loss)
@@ -270,7 +270,8 @@ def versus(model: Transformer, c: Cluster, global_batch: int, pick, precision: s
     """One evaluation of every plan, split in two by `pick` (a function of the plans' `Knobs` to a boolean array):
     {"best": the fastest plan that fits (None if none does), "with": the plan standing for those `pick` keeps,
     "without": for the rest} — each the fastest that fits, else the least hungry (fits False), else None where the
-    side is empty; each `describe`d with its "family". What `advisor_sweep` asks at each point of a sweep."""
+    side is empty; each `describe`d with its "family"; `loss` as `search`'s. What `advisor_sweep` asks at each point
+    of a sweep."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
     settings = _settings(precision, "flash", "dp,params", (), cp_comm, capacity, model, loss)
     check_precision(c.gpu, precision)

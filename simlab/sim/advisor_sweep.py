@@ -100,7 +100,8 @@ def when_ep(model, c: Cluster, global_batch: int, experts=(8, 16, 32, 64), preci
             capacity: float = 0.0, loss: str = "fused") -> list[dict]:
     """For each number of experts: the best plan (does it use EP, and how much) against the best with ep = 1 (or,
     where the best has none, the best with EP), and why that one loses. `model`: a mixture of experts, whose
-    `experts` the sweep changes (`top_k` and `expert_ffn` stay), or a function from a number of experts to a model."""
+    `experts` the sweep changes (`top_k` and `expert_ffn` stay), or a function from a number of experts to a model;
+    `loss` as `advisor.search`'s."""
     counts = _points("experts", experts)
     if not callable(model) and not getattr(model, "experts", 0):
         raise ValueError(f"model={getattr(model, 'name', model)!r}: must be a mixture of experts (experts > 0), or a "

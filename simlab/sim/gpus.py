@@ -60,7 +60,9 @@ FLASH_A100 = {128: (99, 133, 155, 173, 182, 189), 64: (88, 119, 140, 156, 165, 1
 FLASH_H100 = {128: (163, 221, 265, 294, 308, 328), 64: (141, 192, 232, 257, 273, 284)}
 # FlashAttention's Triton kernel (llm-foundry's attn_impl="triton") against FlashAttention-2, (forward, backward):
 # "FlashAttention-2 is around 1.3-1.5× faster than FlashAttention in Triton in the forward pass and around 2× faster
-# in the backward pass" (Dao 2023, arXiv 2307.08691, §4.1): the middle of the forward's range, and 2
+# in the backward pass" (Dao 2023, arXiv 2307.08691, §4.1): the middle of the forward's range, and 2. The paper
+# measured OpenAI's Triton FlashAttention on A100s; that the ratios hold for flash-attn's own Triton kernel (the one
+# llm-foundry runs) and on other GPUs is an assumption
 FLASH_TRITON_SLOWER = (1.4, 2.0)
 
 

@@ -7,8 +7,8 @@ Teaches where a layer's time goes on a TP rank of t, with T = b·s tokens:
   weight's), each timed by its shape (`gpus.gemm_seconds`): a TP-8 shard or a small micro-batch makes thin
   GEMMs that run below the GPU's best rate;
 - the attention core: FlashAttention at its published rate (its backward recomputes the scores inside the
-  kernel, counted in its 2.5× backward; FlashAttention's Triton kernel 1.4× slower forward and 2× backward, as
-  FlashAttention-2's paper measured it), or eager attention's two batched GEMMs per head over the full s × s
+  kernel, counted in its 2.5× backward; FlashAttention's Triton kernel 1.4× slower forward and 2× backward,
+  `gpus.FLASH_TRITON_SLOWER`), or eager attention's two batched GEMMs per head over the full s × s
   scores, and their softmax at HBM speed;
 - element-wise work (norms, activation, dropout, residuals, the eager softmax) at HBM speed: K_ELEMENTWISE
   bytes moved per byte of activations the layer keeps (`hybrid_memory.layer_activation_bytes`); FP8 also casts

@@ -135,8 +135,8 @@ def _as_published(tensors: float, run) -> float:
 def validation(runs=RUNS) -> list[dict]:
     """Every published run: tokens/s per GPU published and ours, the error, the range the unknown knobs'
     alternatives span, peak memory per GPU (GiB) where published (ours counted as the source counts it), and whether
-    the model says it fits. `runs`:
-    lesson 6's (`RUNS`, the default) or lesson 7's long-sequence and mixture-of-experts runs (`LONG_AND_MOE_RUNS`)."""
+    the model says it fits. `runs`: lesson 6's (`RUNS`, the default), lesson 7's long-sequence and mixture-of-experts
+    runs (`LONG_AND_MOE_RUNS`), or the held-out ones (`published_held_out.HELD_OUT_RUNS`, `published_held_out_mpt`)."""
     rows = []
     for run in runs:
         c, plan, ours = _predict(run)

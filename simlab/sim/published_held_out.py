@@ -29,7 +29,8 @@ A second source, for another GPU: the dense rows of Megatron-Bridge's 25.11 tabl
 (NVIDIA-NeMo/Megatron-Bridge docs/performance-summary.md @ 97ad8cc) that lesson 6 does not take (it takes the H100
 Llama 3 70B), each read from the performance scripts at that commit and on the r0.2.0 branch the scripts' README
 pairs with 25.11 (they agree on these rows). Left out by rule: a row whose recipe the model cannot express — the
-H100 Llama 3 8B row recomputes 5 of its 32 layers. Assumptions, fixed before any prediction:
+H100 Llama 3 8B row recomputes 5 of its 32 layers; the GB200 and GB300 systems (an NVLink domain of 72 GPUs: the
+model's nodes hold 8); the mixtures of experts (lesson 7's, not lesson 6's). Assumptions, fixed before any prediction:
 - the distributed optimizer (ZeRO-1) with gradient reduce and parameter gather overlapped; TP communication
   overlap (userbuffers) and sequence parallelism on the 405B rows; FlashAttention for TE's fused attention; the
   fused cross-entropy; no recomputation; CP's K,V around a ring (TE's default p2p);

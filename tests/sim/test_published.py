@@ -133,6 +133,19 @@ def test_torchtitans_h100s_run_at_the_midpoint_of_sxm_and_nvl_and_the_swing_pric
         assert any("between SXM and NVL" in a and "first prediction" in a for a in run.assumptions), run.key
 
 
+def test_the_mpt_runs_record_their_first_prediction_which_their_swing_recomputes():
+    """llm-foundry's six MPT runs: FlashAttention's Triton kernel, a correction after their first predictions. Each
+    run's assumption types the error it first came out with; its swing (FlashAttention priced as FlashAttention-2)
+    recomputes it, and the Triton kernel, slower, lowers every prediction."""
+    mpt = [(r, row) for r, row in zip(RUNS, ROWS) if r.framework == "Composer FSDP"]
+    assert len(mpt) == 6
+    for run, row in mpt:
+        assert run.plan.attention == "flash-triton" and run.alternatives[0] == {"attention": "flash"}
+        said = next(a for a in run.assumptions if "first prediction" in a)
+        assert f"came out {row['swing'][0]:+.1%}".replace("%", " %") in said, (run.key, said)
+        assert row["error"] < row["swing"][0]
+
+
 def test_published_memory_is_compared_as_the_source_counts_it():
     """torchtitan logs the caching allocator's reserved peak (metrics.py @ 9dec370: reserved_bytes.all.peak), which
     holds the tensors and the allocator's fragmentation: the model's tensors are divided by 1 − FRAGMENTATION, the
