@@ -40,12 +40,28 @@ model's nodes hold 8); the mixtures of experts (lesson 7's, not lesson 6's). Ass
 - the 405B's 126 layers with embedding and loss each counted as a layer (account_for_embedding/loss_in_pipeline
   _split): 2 per virtual chunk, 15 on the first and last stage, 16 on the others;
 - CUDA graphs (the B200 8B row's full-iteration graph) are not modelled; 8 × 400 Gb/s per node.
+
+A third framework, torchtitan, from its two 2025 benchmark files that lesson 6 does not take (pytorch/torchtitan
+benchmarks/ @ b5bcd76): asyncTP_llama3_h100_2025-06_torchtitan.md (Llama 3.1 70B on 256 and 8B on 64 of its
+96 GB HBM2e H100s, FSDP × TP 8, vanilla and async TP, bf16 and float8 tensorwise) and
+llama3-8b_h200_202506_trainy-whitefiber.md (Llama 3.1 8B on 32 and 64 H200s, FSDP, float8, with the memory it
+logged). Left out by rule: float8 rowwise (the model has one FP8 recipe; the benchmark itself flags its vanilla-TP
+row as a known slowdown, torchtitan#1207). Assumptions, fixed before any prediction, those of RUNS' torchtitan runs
+(`published_runs.TT`): FlashAttention, fp32 gradient reduce, plain PyTorch's fp32 loss (the compiled loss of
+torchtitan's components/loss.py @ e7c0cae, loss_parallel under TP), FSDP resharding after forward (ZeRO-3) with
+prefetch, the toml's sequence 8192, each local batch one micro-batch; "full AC" is full recomputation, "per op SAC"
+and the H200 toml's selective_ac_option 'op' are op-sac; float8 tensorwise is the model's FP8 recipe; async TP
+hides TP's collectives under its GEMMs (overlap "tp"), vanilla TP does not; TP with sequence parallelism
+(torchtitan's); 400 Gb/s per GPU; the H100s are the `h100-96gb-hbm2e` preset (its peak between SXM and NVL), the
+H200s the `h200` preset; memory as torchtitan logs it (reserved).
 """
 from __future__ import annotations
 
 from .hybrid import Plan
 from .model import PRESETS, Transformer, llama
-from .published_runs import NEMO, Run
+from .published_runs import NEMO, TT, Run
+
+H96 = "h100-96gb-hbm2e"
 
 SOURCE = "NVIDIA/NeMo docs/source/performance/performance_summary.md @ 8e3d65d (24.07, FP8, DGX-H100)"
 CONFIGS = "NVIDIA/NeMo nemo/collections/llm/gpt/model/{} @ 8e3d65d"
@@ -92,6 +108,20 @@ def _bridge(key: str, model: Transformer, gpu: str, gpus: int, gbs: int, mbs: in
                f"{tps:,} tokens/s/GPU", assumptions=("as this module's docstring: the recipe at 97ad8cc / r0.2.0",))
 
 
+TITAN_2025 = "pytorch/torchtitan benchmarks/{} @ b5bcd76"
+
+
+def _titan(key: str, size: str, gpu: str, gpus: int, tp: int, local: int, recompute: str, fp8: bool, async_tp: bool,
+           tps: float, row: str, file: str = "asyncTP_llama3_h100_2025-06_torchtitan.md", gib: float | None = None) -> Run:
+    """One torchtitan row: FSDP over the rest, each local batch one micro-batch, TP with sequence parallelism."""
+    dp = gpus // tp
+    settings = TT | dict(precision="fp8") if fp8 else TT
+    plan = Plan(tp=tp, dp=dp, microbatch=local, zero=3, sequence_parallel=tp > 1, recompute=recompute,
+                **(settings | dict(overlap="dp,params,tp" if async_tp else "dp,params")))
+    return Run(key, f"{TITAN_2025.format(file)}, {row}", "torchtitan 2025", PRESETS[size], gpu, gpus, 3200, plan,
+               local * dp, tps, f"{tps:,} TPS/GPU", memory_gib=gib, assumptions=("as this module's docstring",))
+
+
 HELD_OUT_RUNS = (
     _run("nemo-gpt3-5b", gpt3("gpt3-5b", 24, 4096, 32, 1), 64, 2048, 4, 1, 1, 1, 1, 23406, "GPT3-5B"),
     _run("nemo-gpt3-20b", gpt3("gpt3-20b", 44, 6144, 48, 2), 64, 256, 2, 2, 1, 1, 1, 5851, "GPT3-20B"),
@@ -112,4 +142,20 @@ HELD_OUT_RUNS = (
             "DGX-B200 LLAMA3.1_405B"),
     _bridge("mbridge-h100-llama31-405b", PRESETS["llama3-405b"], "h100-80gb", 1024, 512, 1, 8, 8, 2, 8, 292,
             "DGX-H100 LLAMA3.1_405B"),
+    _titan("titan-70b-256-tp", "llama3-70b", H96, 256, 8, 16, "full", False, False, 597.3, "70B, bfloat16, vanilla TP"),
+    _titan("titan-70b-256-asynctp", "llama3-70b", H96, 256, 8, 16, "full", False, True, 652.4, "70B, bfloat16, async TP"),
+    _titan("titan-70b-256-fp8-tp", "llama3-70b", H96, 256, 8, 16, "full", True, False, 809.8,
+           "70B, float8 tensorwise, vanilla TP"),
+    _titan("titan-70b-256-fp8-asynctp", "llama3-70b", H96, 256, 8, 16, "full", True, True, 942.4,
+           "70B, float8 tensorwise, async TP"),
+    _titan("titan-8b-64-tp", "llama3-8b", H96, 64, 8, 12, "op-sac", False, False, 4378, "8B, bfloat16, vanilla TP"),
+    _titan("titan-8b-64-asynctp", "llama3-8b", H96, 64, 8, 12, "op-sac", False, True, 4809.4, "8B, bfloat16, async TP"),
+    _titan("titan-8b-64-fp8-tp", "llama3-8b", H96, 64, 8, 12, "op-sac", True, False, 5078.1,
+           "8B, float8 tensorwise, vanilla TP"),
+    _titan("titan-8b-64-fp8-asynctp", "llama3-8b", H96, 64, 8, 12, "op-sac", True, True, 5570.1,
+           "8B, float8 tensorwise, async TP"),
+    _titan("trainy-8b-32xh200", "llama3-8b", "h200", 32, 1, 2, "op-sac", True, False, 10938, "4 nodes",
+           "llama3-8b_h200_202506_trainy-whitefiber.md", 47.96),
+    _titan("trainy-8b-64xh200", "llama3-8b", "h200", 64, 1, 2, "op-sac", True, False, 10753, "8 nodes",
+           "llama3-8b_h200_202506_trainy-whitefiber.md", 46.97),
 )

@@ -82,6 +82,47 @@ def test_every_bridge_row_the_model_can_express_is_held_out_as_printed():
             assert sum(p.stage_layers) == run.model.layers == 126 and p.stage_layers[0] == p.stage_layers[-1] == 15
 
 
+# pytorch/torchtitan benchmarks/ @ b5bcd76, as printed: asyncTP_llama3_h100_2025-06_torchtitan.md's two tables
+# ("Llama3 70b on 256 H100s with FSDP=32, TP=8, torch.compile, full AC, local batch size 16"; "Llama3 8b on 64
+# H100s with FSDP=8, TP=8, torch.compile, per op SAC, local batch size 12") and the Trainy H200 file's
+ASYNC_TP = {("llama3-70b", 256, 8, 16, "full"): """
+| None (bfloat16)   | 597.3 | 652.4 | 1.09 |
+| float8 tensorwise | 809.8 | 942.4 | 1.16 |
+| float8 rowwise    | 599.6 | 624.8 | 1.04 |
+""", ("llama3-8b", 64, 8, 12, "op-sac"): """
+| None (bfloat16)   | 4378   | 4809.4 | 1.10 |
+| float8 tensorwise | 5078.1 | 5570.1 | 1.10 |
+| float8 rowwise    | 3708.5 | 3914.9 | 1.06 |
+"""}
+TRAINY = """
+| 4 | 10938 | 47.96 |
+| 8 | 10753 | 46.97 |
+"""
+
+
+def test_every_torchtitan_2025_row_but_rowwise_float8_is_held_out_as_printed():
+    titan = [r for r in HELD_OUT_RUNS if r.framework == "torchtitan 2025"]
+    assert len(titan) == 10
+    for (size, gpus, tp, local, recompute), text in ASYNC_TP.items():
+        for line in text.strip().splitlines():
+            quantization, vanilla, async_tp, _ = [c.strip() for c in line.strip(" |").split("|")]
+            if quantization == "float8 rowwise":
+                continue
+            for tps, overlap in ((vanilla, "dp,params"), (async_tp, "dp,params,tp")):
+                run = next(r for r in titan if r.model.name == size and r.published == float(tps))
+                p = run.plan
+                assert (run.gpus, p.tp, p.dp, p.microbatch, p.recompute, p.overlap, p.zero) == (
+                    gpus, tp, gpus // tp, local, recompute, overlap, 3)
+                assert p.precision == ("fp8" if quantization.startswith("float8") else "mixed-fp32-grads")
+                assert run.gpu == "h100-96gb-hbm2e" and run.global_batch == local * (gpus // tp) and p.loss == "fp32"
+    for line in TRAINY.strip().splitlines():
+        nodes, tps, gib = [c.strip() for c in line.strip(" |").split("|")]
+        run = next(r for r in titan if r.gpu == "h200" and r.gpus == 8 * int(nodes))
+        assert (run.published, run.memory_gib, run.plan.microbatch, run.global_batch) == (
+            float(tps), float(gib), 2, 2 * 8 * int(nodes))
+        assert run.plan.recompute == "op-sac" and run.plan.precision == "fp8" and run.model.seq == 8192
+
+
 @pytest.mark.parametrize("key", BY_HAND)
 def test_the_shapes_have_their_configs_parameter_counts(key):
     run = next(r for r in HELD_OUT_RUNS if r.key == key)
