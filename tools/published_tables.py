@@ -53,9 +53,9 @@ LESSON_7 = ("**Lesson 7's long-sequence and mixture-of-experts runs, nobody fitt
             "(`published_runs.LONG_AND_MOE_RUNS`, kept apart from the table above and from the advisor's error):")
 
 HELD_OUT = ("**Held out: runs the model was first asked about after it was built** (`published_held_out.HELD_OUT_RUNS`: "
-            "NeMo 24.07's other pretraining rows and Megatron-Bridge 25.11's other dense rows on B200 and H100, each "
-            "committed with every assumption before any prediction for it was computed; reported, not targets, and not "
-            "in the advisor's error):")
+            "NeMo 24.07's other pretraining rows, Megatron-Bridge 25.11's other dense rows on B200 and H100, and "
+            "torchtitan's 2025 benchmarks on H100 and H200, each committed with every assumption before any prediction "
+            "for it was computed; reported, not targets, and not in the advisor's error):")
 
 
 def runs_table(rows: list[dict], title: str = RUNS_TITLE) -> list[str]:
