@@ -142,20 +142,15 @@ HELD_OUT_RUNS = (
             "DGX-B200 LLAMA3.1_405B"),
     _bridge("mbridge-h100-llama31-405b", PRESETS["llama3-405b"], "h100-80gb", 1024, 512, 1, 8, 8, 2, 8, 292,
             "DGX-H100 LLAMA3.1_405B"),
-    _titan("titan-70b-256-tp", "llama3-70b", H96, 256, 8, 16, "full", False, False, 597.3, "70B, bfloat16, vanilla TP"),
-    _titan("titan-70b-256-asynctp", "llama3-70b", H96, 256, 8, 16, "full", False, True, 652.4, "70B, bfloat16, async TP"),
-    _titan("titan-70b-256-fp8-tp", "llama3-70b", H96, 256, 8, 16, "full", True, False, 809.8,
-           "70B, float8 tensorwise, vanilla TP"),
-    _titan("titan-70b-256-fp8-asynctp", "llama3-70b", H96, 256, 8, 16, "full", True, True, 942.4,
-           "70B, float8 tensorwise, async TP"),
-    _titan("titan-8b-64-tp", "llama3-8b", H96, 64, 8, 12, "op-sac", False, False, 4378, "8B, bfloat16, vanilla TP"),
-    _titan("titan-8b-64-asynctp", "llama3-8b", H96, 64, 8, 12, "op-sac", False, True, 4809.4, "8B, bfloat16, async TP"),
-    _titan("titan-8b-64-fp8-tp", "llama3-8b", H96, 64, 8, 12, "op-sac", True, False, 5078.1,
-           "8B, float8 tensorwise, vanilla TP"),
-    _titan("titan-8b-64-fp8-asynctp", "llama3-8b", H96, 64, 8, 12, "op-sac", True, True, 5570.1,
-           "8B, float8 tensorwise, async TP"),
     _titan("trainy-8b-32xh200", "llama3-8b", "h200", 32, 1, 2, "op-sac", True, False, 10938, "4 nodes",
            "llama3-8b_h200_202506_trainy-whitefiber.md", 47.96),
     _titan("trainy-8b-64xh200", "llama3-8b", "h200", 64, 1, 2, "op-sac", True, False, 10753, "8 nodes",
            "llama3-8b_h200_202506_trainy-whitefiber.md", 46.97),
+) + tuple(  # the async-TP file's two tables: (bf16, float8 tensorwise) × (vanilla, async TP), as printed
+    _titan(f"titan-{size}-{gpus}{'-fp8' if fp8 else ''}-{'asynctp' if async_tp else 'tp'}", f"llama3-{size}", H96,
+           gpus, 8, local, recompute, fp8, async_tp, figures[fp8][async_tp],
+           f"{size.upper()}, {'float8 tensorwise' if fp8 else 'bfloat16'}, {'async' if async_tp else 'vanilla'} TP")
+    for size, gpus, local, recompute, figures in (("70b", 256, 16, "full", ((597.3, 652.4), (809.8, 942.4))),
+                                                  ("8b", 64, 12, "op-sac", ((4378, 4809.4), (5078.1, 5570.1))))
+    for fp8 in (False, True) for async_tp in (False, True)
 )
