@@ -57,12 +57,23 @@ def sixteen_bit(gpu) -> str:
     return "bf16" if gpu.name.lower().startswith(BF16_GPUS) else "fp16"
 
 
+def check_kernel(attention: str) -> None:
+    """FlashAttention's Triton kernel (llm-foundry's attn_impl='triton') has no switch in any of the three frameworks:
+    refused here, once for every export, and by `expressible.best_expressible` before it searches."""
+    if attention == "flash-triton":
+        refuse("attention='flash-triton'", "Megatron-LM, DeepSpeed and torchtitan attend with FlashAttention-2, TE's "
+                                           "or SDPA's kernels, not FlashAttention's Triton kernel (llm-foundry's): "
+                                           "use attention='flash'")
+
+
 def start(model, cluster, global_batch: int, plan) -> None:
     """What every export checks first: the plan itself (`check_plan`, one line naming the knob), then what no
     framework can run whatever its flags: FP8 matmuls on a GPU without FP8 tensor cores; and bf16 optimizer
     states, which none of the three exports can say (Megatron's precision-aware optimizer keeps the master
-    weights in fp32 or fp16, DeepSpeed's and torchtitan's optimizers in fp32)."""
+    weights in fp32 or fp16, DeepSpeed's and torchtitan's optimizers in fp32); and FlashAttention's Triton kernel
+    (`check_kernel`)."""
     check_plan(model, plan, cluster.gpus, global_batch)
+    check_kernel(plan.attention)
     if plan.precision == "bf16-optimizer":
         refuse("precision='bf16-optimizer'", "bf16 master weights and Adam moments (apex's DistributedFusedAdam "
                                             "as NeMo runs it) have no switch in Megatron-LM, DeepSpeed or "

@@ -58,9 +58,6 @@ def _refusals(cluster, plan) -> None:
     if plan.recompute == "op-sac":
         refuse("recompute='op-sac'", "torchtitan's op-level policy (every second matmul recomputed) has no DeepSpeed "
                                      "setting: use recompute='full' or --emit torchtitan")
-    if plan.attention == "flash-triton":
-        refuse("attention='flash-triton'", "Hugging Face's attn_implementation has no Triton FlashAttention "
-                                           "(flash_attention_2, sdpa or eager): use attention='flash'")
     if plan.recompute == "selective":
         refuse("recompute='selective'", "DeepSpeed checkpoints the functions the model code wraps; it has no "
                                         "setting for Megatron's attention-only recomputation: use recompute='full' "

@@ -16,6 +16,7 @@ from .._checks import check_choice, check_int
 from ..i18n import _
 from ..sim.advisor import search
 from ..sim.hybrid import Plan
+from .common import check_kernel
 
 OVERLAP_SETTINGS = ("dp,params", "dp", "params", "none")  # what a framework may hide behind compute
 TARGET_LOSS = {"torchtitan": "chunked"}  # how a framework computes the loss (`hybrid.LOSSES`), where it is not fused
@@ -34,9 +35,7 @@ def best_expressible(target: str, model, cluster, global_batch: int, precision: 
     from . import TARGETS, emit
     check_choice("target", target, TARGETS)
     check_int("scan", scan, 1, 10_000)
-    if attention == "flash-triton":  # every target refuses it: say so once, before any search
-        raise ValueError("attention='flash-triton': none of the frameworks simlab writes for runs FlashAttention's "
-                         "Triton kernel: use attention='flash'")
+    check_kernel(attention)  # every target refuses it: said once, before any search
     outcomes = {}  # plan → (the framework's text, None) or (None, its one-line refusal): each plan tried once
 
     def attempt(row) -> tuple:

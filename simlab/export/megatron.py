@@ -80,9 +80,6 @@ def _refusals(model, plan) -> None:
     if plan.recompute == "op-sac":
         refuse("recompute='op-sac'", "torchtitan's op-level policy (every second matmul recomputed) has no Megatron "
                                      "flag: use recompute='selective' or 'full', or --emit torchtitan")
-    if plan.attention == "flash-triton":
-        refuse("attention='flash-triton'", "Megatron attends with TE's fused kernels or FlashAttention-2, not "
-                                           "flash-attn's Triton kernel: use attention='flash'")
 
 
 def _model(m) -> list[Setting]:

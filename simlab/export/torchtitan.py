@@ -71,8 +71,6 @@ def _refusals(model, cluster, plan) -> None:
     for broken, what, why in (
             (plan.attention == "eager", "attention='eager'", "torchtitan's llama3 attends with FlexAttention, which "
              "stores no s² scores: use attention='flash'"),
-            (plan.attention == "flash-triton", "attention='flash-triton'", "torchtitan's llama3 attends with SDPA or "
-             "FlexAttention, not FlashAttention's Triton kernel: use attention='flash'"),
             (plan.bucket, f"bucket={plan.bucket}", "FSDP2 gathers and reduces one transformer block at a time; "
              "torchtitan has no bucket size: use bucket=()"),
             (kv % plan.tp, f"tp={plan.tp}", f"torchtitan splits the K/V heads too: kv_heads={kv} must divide by tp"),
