@@ -40,7 +40,7 @@ def tables() -> str:
     lines += runs_table(published.validation())
     lines += runs_table(published.validation(LONG_AND_MOE_RUNS), LESSON_7)
     lines += runs_table(published.validation(HELD_OUT_RUNS), HELD_OUT)
-    lines += groups_table(published.validation(MPT_RUNS), MPT_RUNS)
+    lines += groups_table(published.validation(MPT_RUNS), MPT_RUNS, MPT_TABLES)
     lines += ["First predictions, before the correction (FlashAttention priced as FlashAttention-2): "
               + summary_line(published.summary(published.validation(first_predictions()))), ""]
     return "\n".join(lines).rstrip() + "\n"
@@ -79,11 +79,11 @@ HELD_OUT_MPT = ("**llm-foundry's MPT benchmarks, held out until their first pred
                 "length — `published.validation(MPT_RUNS)` gives each run):")
 
 
-def groups_table(rows: list[dict], runs) -> list[str]:
-    """Many runs, summarised by the source's table and by sequence length: how many within 20 % and 35 %, the
-    median |error|, the mean error and the worst run."""
+def groups_table(rows: list[dict], runs, tables) -> list[str]:
+    """Many runs, summarised by the source's table (`tables`, one name per run) and by sequence length: how many
+    within 20 % and 35 %, the median |error|, the mean error and the worst run."""
     groups = {}
-    for row, table in zip(rows, MPT_TABLES):
+    for row, table in zip(rows, tables):
         groups.setdefault(table, []).append(row)
     for row, run in sorted(zip(rows, runs), key=lambda pair: pair[1].model.seq):
         groups.setdefault(f"sequence {run.model.seq:,}", []).append(row)
@@ -102,6 +102,7 @@ def summary_line(s: dict) -> str:
             f"{s['worst_error']:+.1%}. The model says {s['not_fitting']} of the published plans do not fit"
             + (f"; measured peak memory within 10 % for {s['memory_within_10']} of {s['memory']}." if s["memory"] else
                "; none publishes its memory."))
+
 
 def main(argv=None) -> int:
     text = tables()

@@ -239,8 +239,8 @@ def fastest_of(model: Transformer, c: Cluster, global_batch: int, groups: dict, 
                cp_comm: str = "ring", capacity: float = 0.0, loss: str = "fused", **fixed) -> dict:
     """One evaluation of every plan (flash attention, DP and parameter overlap; `loss` as `search`'s): {"best":
     `search`'s best plan, name: the fastest plan that fits among those `groups[name]` picks (a function of the
-    plans' `Knobs` to a boolean array), or None}; each plan `describe`d, with its "family" and its "ratio" of step time to the best's. What a sweep
-    of the network, or a change of link, asks of the advisor at one search's cost."""
+    plans' `Knobs` to a boolean array), or None}; each plan `describe`d, with its "family" and its "ratio" of step
+    time to the best's. What a sweep of the network, or a change of link, asks of the advisor at one search's cost."""
     check_int("global_batch", global_batch, 1, MAX_BATCH)
     settings = _settings(precision, "flash", "dp,params", (), cp_comm, capacity, model, loss)
     for name, value in fixed.items():

@@ -81,7 +81,8 @@ def _layouts(model: Transformer, c: Cluster, global_batch: int, fixed: dict, cp_
     for tp in _divisors(c.gpus):
         if model.heads % tp or fixed.get("tp", tp) != tp:
             continue
-        for cp, pp in itertools.product(context_sizes(model, c.gpus, tp, cp_comm, loss, attention), _divisors(c.gpus // tp)):
+        sizes = context_sizes(model, c.gpus, tp, cp_comm, loss, attention)
+        for cp, pp in itertools.product(sizes, _divisors(c.gpus // tp)):
             if (c.gpus // tp) % (cp * pp) or fixed.get("cp", cp) != cp:
                 continue
             dp = c.gpus // (tp * cp * pp)
